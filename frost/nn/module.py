@@ -1,0 +1,144 @@
+"""Modules are frozen dataclasses registered as PyTrees.
+
+    class Affine(Module):
+        scale: jax.Array
+        shift: jax.Array
+        features: int = static()          # configuration: kept in the tree definition
+
+        def __call__(self, x):            # (B, features) -> (B, features)
+            return x * self.scale + self.shift
+
+Every field is a PyTree child unless it is declared with `static()`. Children are arrays,
+sub-modules, or tuples/lists/dicts of them; static fields are hashable configuration (sizes,
+flags, activation functions) and live in the tree definition, so `jax.jit`, `jax.grad`,
+`jax.vmap` and `jax.tree.map` take a model directly and only recompile when the
+configuration changes, never when array values do.
+
+Subclasses are turned into dataclasses automatically. A subclass may write its own
+`__init__` that assigns `self.field = ...` (initialisation from a key); after `__init__`
+returns the instance is frozen and `model.replace(field=value)` makes a modified copy.
+Unflattening (inside jit/grad/tree.map) bypasses `__init__`.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import numpy as np
+
+_INIT_FLAG = "_frost_initialising"
+
+
+def static(default: Any = dataclasses.MISSING, **kwargs) -> Any:
+    """Declare a configuration field: part of the tree definition, not a leaf."""
+    metadata = dict(kwargs.pop("metadata", {}), static=True)
+    return dataclasses.field(default=default, metadata=metadata, **kwargs)
+
+
+def _split_fields(cls):
+    fields = dataclasses.fields(cls)
+    children = tuple(f.name for f in fields if not f.metadata.get("static", False))
+    statics = tuple(f.name for f in fields if f.metadata.get("static", False))
+    return children, statics
+
+
+def _wrap_init(user_init):
+    def __init__(self, *args, **kwargs):
+        if self.__dict__.get(_INIT_FLAG):  # nested super().__init__ call
+            return user_init(self, *args, **kwargs)
+        object.__setattr__(self, _INIT_FLAG, True)
+        try:
+            user_init(self, *args, **kwargs)
+        finally:
+            del self.__dict__[_INIT_FLAG]
+        missing = [f.name for f in dataclasses.fields(self) if f.name not in self.__dict__]
+        if missing:
+            raise TypeError(f"{type(self).__name__}.__init__ did not set field(s) {missing}")
+
+    __init__.__wrapped__ = user_init
+    __init__.__doc__ = user_init.__doc__
+    return __init__
+
+
+class Module:
+    """Base class of every Frost layer and model (see the module docstring)."""
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        own_init = "__init__" in cls.__dict__
+        inherited_custom = not own_init and getattr(cls, "_frost_custom_init", False)
+        dataclasses.dataclass(cls, init=not (own_init or inherited_custom), repr=False, eq=False)
+        if not inherited_custom:  # wrap ours, or the dataclass-generated one
+            cls.__init__ = _wrap_init(cls.__dict__["__init__"])
+        cls._frost_custom_init = own_init or inherited_custom
+        children, statics = _split_fields(cls)
+
+        def flatten_with_keys(m):
+            kids = tuple((jax.tree_util.GetAttrKey(n), m.__dict__[n]) for n in children)
+            return kids, tuple(m.__dict__[n] for n in statics)
+
+        def unflatten(aux, kids):
+            m = object.__new__(cls)
+            m.__dict__.update(zip(children, kids))
+            m.__dict__.update(zip(statics, aux))
+            return m
+
+        jax.tree_util.register_pytree_with_keys(
+            cls, flatten_with_keys, unflatten,
+            flatten_func=lambda m: (tuple(m.__dict__[n] for n in children),
+                                    tuple(m.__dict__[n] for n in statics)))
+
+    def __setattr__(self, name, value):
+        if self.__dict__.get(_INIT_FLAG):
+            return object.__setattr__(self, name, value)
+        raise dataclasses.FrozenInstanceError(
+            f"cannot set {type(self).__name__}.{name}: modules are immutable. "
+            f"Use `model = model.replace({name}=...)` or `jax.tree.map` to make a new one.")
+
+    def __delattr__(self, name):
+        raise dataclasses.FrozenInstanceError(f"cannot delete {type(self).__name__}.{name}: modules are immutable")
+
+    def replace(self, **changes) -> "Module":
+        """A copy with some fields changed (does not call `__init__`)."""
+        names = {f.name for f in dataclasses.fields(self)}
+        unknown = set(changes) - names
+        if unknown:
+            raise TypeError(f"{type(self).__name__} has no field(s) {sorted(unknown)}; fields are {sorted(names)}")
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        new.__dict__.update(changes)
+        return new
+
+    def param_count(self) -> int:
+        """Number of scalars in the floating-point array leaves (the trainable parameters)."""
+        return sum(int(np.prod(x.shape)) for x in jax.tree.leaves(self)
+                   if hasattr(x, "dtype") and np.issubdtype(x.dtype, np.inexact))
+
+    def __repr__(self) -> str:
+        return _repr(self, 0)
+
+
+def _leaf_repr(x) -> str:
+    if hasattr(x, "shape") and hasattr(x, "dtype"):
+        return f"{np.dtype(x.dtype).name}{list(x.shape)}"
+    if callable(x) and hasattr(x, "__name__"):
+        return x.__name__
+    return repr(x)
+
+
+def _repr(obj, depth: int) -> str:
+    pad = "  " * (depth + 1)
+    if isinstance(obj, Module):
+        items = [(f.name, obj.__dict__.get(f.name)) for f in dataclasses.fields(obj)]
+        if not items:
+            return f"{type(obj).__name__}()"
+        body = ",\n".join(f"{pad}{k}={_repr(v, depth + 1)}" for k, v in items)
+        return f"{type(obj).__name__}(\n{body}\n{'  ' * depth})"
+    if isinstance(obj, (list, tuple)) and any(isinstance(v, Module) for v in obj):
+        body = ",\n".join(f"{pad}{_repr(v, depth + 1)}" for v in obj)
+        open_, close = ("[", "]") if isinstance(obj, list) else ("(", ")")
+        return f"{open_}\n{body}\n{'  ' * depth}{close}"
+    if isinstance(obj, (list, tuple)):
+        return "(" + ", ".join(_repr(v, depth) for v in obj) + ("," if len(obj) == 1 else "") + ")"
+    return _leaf_repr(obj)

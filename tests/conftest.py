@@ -1,0 +1,15 @@
+"""Strict JAX modes for every test: CPU only, no silent dtype or rank promotion."""
+import os
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import jax  # noqa: E402
+import pytest  # noqa: E402
+
+jax.config.update("jax_numpy_dtype_promotion", "strict")
+jax.config.update("jax_numpy_rank_promotion", "raise")
+
+
+@pytest.fixture
+def key():
+    return jax.random.key(0)
