@@ -36,6 +36,57 @@ def static(default: Any = dataclasses.MISSING, **kwargs) -> Any:
     return dataclasses.field(default=default, metadata=metadata, **kwargs)
 
 
+def buffer(default: Any = dataclasses.MISSING, **kwargs) -> Any:
+    """Declare a non-trainable array field (BatchNorm's running statistics).
+
+    A buffer is a PyTree child like a parameter (it is saved, jitted and sharded), but it is
+    left out of `param_count`, and `trainable_mask` marks it False so an optimizer can skip it.
+    """
+    metadata = dict(kwargs.pop("metadata", {}), buffer=True)
+    return dataclasses.field(default=default, metadata=metadata, **kwargs)
+
+
+def is_module(x) -> bool:
+    return isinstance(x, Module)
+
+
+def buffer_mask(tree):
+    """A tree of bools shaped like `tree`: True at buffer leaves, False at every other leaf."""
+    def visit(x):
+        if not isinstance(x, Module):
+            return False
+        changes = {}
+        for f in dataclasses.fields(x):
+            if f.metadata.get("static"):
+                continue
+            value = x.__dict__[f.name]
+            changes[f.name] = jax.tree.map(lambda _: True, value) if f.metadata.get("buffer") else buffer_mask(value)
+        return x.replace(**changes)
+    return jax.tree.map(visit, tree, is_leaf=is_module)
+
+
+def trainable_mask(tree):
+    """True at parameters, False at buffers: pass to an optimizer's mask."""
+    return jax.tree.map(lambda b: not b, buffer_mask(tree))
+
+
+def update_buffers(model, source):
+    """`model` with its buffer leaves taken from `source` (a model of the same structure)."""
+    return jax.tree.map(lambda is_buf, m, s: s if is_buf else m, buffer_mask(model), model, source)
+
+
+def shape_error(layer, expected: str, x) -> ValueError:
+    """The error every layer raises for a bad input: names the layer and both shapes."""
+    got = f"shape {tuple(x.shape)} and dtype {np.dtype(x.dtype).name}" if hasattr(x, "shape") else repr(x)
+    return ValueError(f"{layer.describe()} expected input {expected}, got {got}")
+
+
+def expand_to(v, ndim: int):
+    """Reshape a trailing-axes array to rank `ndim` by adding leading 1s (explicit broadcasting,
+    since Frost's tests run with rank promotion set to raise)."""
+    return v.reshape((1,) * (ndim - v.ndim) + v.shape)
+
+
 def _split_fields(cls):
     fields = dataclasses.fields(cls)
     children = tuple(f.name for f in fields if not f.metadata.get("static", False))
@@ -111,9 +162,16 @@ class Module:
         return new
 
     def param_count(self) -> int:
-        """Number of scalars in the floating-point array leaves (the trainable parameters)."""
-        return sum(int(np.prod(x.shape)) for x in jax.tree.leaves(self)
+        """Number of scalars in the floating-point parameter leaves (buffers excluded)."""
+        leaves = jax.tree.leaves(jax.tree.map(lambda x, b: None if b else x, self, buffer_mask(self)))
+        return sum(int(np.prod(x.shape)) for x in leaves
                    if hasattr(x, "dtype") and np.issubdtype(x.dtype, np.inexact))
+
+    def describe(self) -> str:
+        """A one-line name with the configuration, used in error messages."""
+        statics = [f"{f.name}={_leaf_repr(self.__dict__[f.name])}" for f in dataclasses.fields(self)
+                   if f.metadata.get("static")]
+        return f"{type(self).__name__}({', '.join(statics)})"
 
     def __repr__(self) -> str:
         return _repr(self, 0)
@@ -133,7 +191,10 @@ def _repr(obj, depth: int) -> str:
         items = [(f.name, obj.__dict__.get(f.name)) for f in dataclasses.fields(obj)]
         if not items:
             return f"{type(obj).__name__}()"
-        body = ",\n".join(f"{pad}{k}={_repr(v, depth + 1)}" for k, v in items)
+        parts = [f"{k}={_repr(v, depth + 1)}" for k, v in items]
+        if not any("\n" in p for p in parts) and sum(map(len, parts)) < 80:
+            return f"{type(obj).__name__}({', '.join(parts)})"
+        body = ",\n".join(pad + p for p in parts)
         return f"{type(obj).__name__}(\n{body}\n{'  ' * depth})"
     if isinstance(obj, (list, tuple)) and any(isinstance(v, Module) for v in obj):
         body = ",\n".join(f"{pad}{_repr(v, depth + 1)}" for v in obj)

@@ -1,0 +1,57 @@
+"""Sequential, Lambda, and activations as modules (so they can sit in a Sequential)."""
+import jax
+import jax.numpy as jnp
+
+from frost.nn.module import Module, static
+
+
+class Lambda(Module):
+    """Wrap a parameter-free function, e.g. `Lambda(jnp.tanh)`; the function is static."""
+    fn: object = static()
+
+    def __call__(self, x):
+        return self.fn(x)
+
+
+class Sequential(Module):
+    """Apply layers in order. Plain callables are wrapped in `Lambda`."""
+    layers: tuple
+
+    def __init__(self, *layers):
+        self.layers = tuple(layer if isinstance(layer, Module) else Lambda(layer) for layer in layers)
+
+    def __call__(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+    def __getitem__(self, i):
+        return Sequential(*self.layers[i]) if isinstance(i, slice) else self.layers[i]
+
+    def __len__(self):
+        return len(self.layers)
+
+
+def gelu(x):
+    """Exact (erf) GELU, PyTorch's default; `jax.nn.gelu` defaults to the tanh approximation."""
+    return jax.nn.gelu(x, approximate=False)
+
+
+relu, silu, sigmoid, tanh, softmax, log_softmax = (jax.nn.relu, jax.nn.silu, jax.nn.sigmoid, jnp.tanh,
+                                                   jax.nn.softmax, jax.nn.log_softmax)
+
+
+def _activation(name, fn):
+    return type(name, (Module,), {"__call__": lambda self, x: fn(x), "__doc__": f"{name} activation as a module."})
+
+
+ReLU, GELU, SiLU, Sigmoid, Tanh = (_activation(n, f) for n, f in
+                                   [("ReLU", relu), ("GELU", gelu), ("SiLU", silu), ("Sigmoid", sigmoid), ("Tanh", tanh)])
+Identity = _activation("Identity", lambda x: x)
+
+
+class Flatten(Module):
+    """(N, ...) -> (N, prod(...))."""
+
+    def __call__(self, x):
+        return x.reshape(x.shape[0], -1)

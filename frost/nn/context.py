@@ -1,0 +1,90 @@
+"""Training mode, layer state and dropout keys, without threading them through every layer.
+
+    logits, model = frost.nn.apply(model, x, train=True, key=key)   # inside your jitted step
+
+Why this design: the model stays a pure value at the jit boundary (a step takes a model and
+returns a new one), yet model code reads like PyTorch (`y = self.bn(self.conv(x))`), with no
+`state` argument passed in and out of each layer by hand (Equinox's most common complaint).
+
+`apply` opens a context for one forward pass. Inside it, layers ask `is_training()`;
+BatchNorm reports its new running statistics with `record(self, ...)`, keyed by the layer
+object itself (its position in the model tree); Dropout draws keys with `next_key()`, each
+the caller's key folded with a per-call counter, so the same key gives the same masks.
+When the forward pass returns, `apply` writes the recorded fields into a copy of the model
+and returns `(output, updated_model)`.
+
+Outside any context, layers run in evaluation mode: BatchNorm uses its running statistics,
+Dropout is the identity. Call `apply` inside the same `jit`/`grad` as the forward pass, so the
+recorded statistics belong to that trace. A layer object used twice in one pass records twice;
+the last call wins.
+"""
+from __future__ import annotations
+
+import dataclasses
+import threading
+
+import jax
+
+from frost.nn.module import Module, is_module
+
+_local = threading.local()
+
+
+@dataclasses.dataclass
+class _Context:
+    train: bool
+    key: jax.Array | None
+    records: dict = dataclasses.field(default_factory=dict)  # id(layer) -> {field: new value}
+    calls: int = 0
+
+
+def _current() -> _Context | None:
+    stack = getattr(_local, "stack", None)
+    return stack[-1] if stack else None
+
+
+def is_training() -> bool:
+    ctx = _current()
+    return ctx is not None and ctx.train
+
+
+def record(layer: Module, **fields) -> None:
+    """Called by a layer during `apply(train=True)` to replace some of its fields afterwards."""
+    ctx = _current()
+    if ctx is not None and ctx.train:
+        ctx.records[id(layer)] = {k: jax.lax.stop_gradient(v) for k, v in fields.items()}
+
+
+def next_key(layer: Module) -> jax.Array:
+    """A fresh PRNG key for a random layer in training mode."""
+    ctx = _current()
+    if ctx is None or ctx.key is None:
+        raise ValueError(f"{layer.describe()} needs a PRNG key in training mode: pass `key=` to the layer, "
+                         "or run the model through `frost.nn.apply(model, x, train=True, key=key)`")
+    ctx.calls += 1
+    return jax.random.fold_in(ctx.key, ctx.calls)
+
+
+def _write_back(tree, records: dict):
+    def visit(x):
+        if not isinstance(x, Module):
+            return x
+        if id(x) in records:
+            x = x.replace(**records[id(x)])  # keeps the child objects, so their ids still match
+        kids = {f.name: jax.tree.map(visit, x.__dict__[f.name], is_leaf=is_module)
+                for f in dataclasses.fields(x) if not f.metadata.get("static")}
+        return x.replace(**kids)
+    return jax.tree.map(visit, tree, is_leaf=is_module)
+
+
+def apply(model, *args, train: bool = False, key: jax.Array | None = None, **kwargs):
+    """Run `model(*args, **kwargs)` in train or eval mode; return `(output, updated_model)`."""
+    if not hasattr(_local, "stack"):
+        _local.stack = []
+    ctx = _Context(train=train, key=key)
+    _local.stack.append(ctx)
+    try:
+        out = model(*args, **kwargs)
+    finally:
+        _local.stack.pop()
+    return out, (_write_back(model, ctx.records) if ctx.records else model)

@@ -1,0 +1,85 @@
+"""N-dimensional convolution, channels last (NWC, NHWC, NDHWC).
+
+Weight layout is (*kernel, in_channels / groups, out_channels) ("HWIO"), the layout XLA prefers.
+Padding is an int, a tuple of ints (one per spatial axis), a tuple of (low, high) pairs,
+or "SAME" / "VALID".
+"""
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+
+from frost.nn import init
+from frost.nn.linear import check_float_input
+from frost.nn.module import Module, expand_to, shape_error, static
+
+_SPATIAL = {1: "W", 2: "HW", 3: "DHW"}
+
+
+def _tuple(value, n: int, name: str) -> tuple:
+    out = (value,) * n if isinstance(value, int) else tuple(value)
+    if len(out) != n:
+        raise ValueError(f"{name}={value!r} must be an int or a sequence of {n} ints")
+    return out
+
+
+def _padding(padding, n: int):
+    if isinstance(padding, str):
+        if padding.upper() not in ("SAME", "VALID"):
+            raise ValueError(f"padding={padding!r}: use an int, a tuple, 'SAME' or 'VALID'")
+        return padding.upper()
+    if isinstance(padding, int):
+        return ((padding, padding),) * n
+    padding = tuple(padding)
+    if len(padding) != n:
+        raise ValueError(f"padding={padding!r} must have one entry per spatial axis ({n})")
+    return tuple((p, p) if isinstance(p, int) else tuple(p) for p in padding)
+
+
+class Conv(Module):
+    weight: jax.Array  # (*kernel, in / groups, out)
+    bias: jax.Array | None  # (out,)
+    in_channels: int = static()
+    out_channels: int = static()
+    kernel_size: tuple = static()
+    stride: tuple = static()
+    padding: object = static()
+    dilation: tuple = static()
+    groups: int = static()
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int | Sequence[int], stride=1,
+                 padding=0, dilation=1, groups: int = 1, use_bias: bool = True, num_spatial_dims: int = 2,
+                 *, key, dtype=jnp.float32):
+        n = num_spatial_dims
+        if n not in _SPATIAL:
+            raise ValueError(f"num_spatial_dims must be 1, 2 or 3, got {n}")
+        if in_channels % groups or out_channels % groups:
+            raise ValueError(f"groups={groups} must divide in_channels={in_channels} and out_channels={out_channels}")
+        self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
+        self.kernel_size = _tuple(kernel_size, n, "kernel_size")
+        self.stride, self.dilation = _tuple(stride, n, "stride"), _tuple(dilation, n, "dilation")
+        self.padding = _padding(padding, n)
+        wkey, bkey = jax.random.split(key)
+        shape = (*self.kernel_size, in_channels // groups, out_channels)
+        self.weight = init.kaiming_uniform(wkey, shape, dtype=dtype)
+        self.bias = init.bias_uniform(bkey, (out_channels,), init.fans(shape)[0], dtype) if use_bias else None
+
+    def __call__(self, x):  # (N, *spatial, in) -> (N, *spatial', out)
+        n = len(self.kernel_size)
+        expected = f"(N, {', '.join(_SPATIAL[n])}, {self.in_channels})"
+        if getattr(x, "ndim", 0) != n + 2 or x.shape[-1] != self.in_channels:
+            raise shape_error(self, expected, x)
+        check_float_input(self, x, self.weight, expected)
+        layout = "N" + _SPATIAL[n] + "C"
+        y = jax.lax.conv_general_dilated(
+            x, self.weight, window_strides=self.stride, padding=self.padding, rhs_dilation=self.dilation,
+            dimension_numbers=(layout, _SPATIAL[n] + "IO", layout), feature_group_count=self.groups)
+        return y if self.bias is None else y + expand_to(self.bias, y.ndim)
+
+
+def Conv1d(*args, **kwargs) -> Conv:
+    return Conv(*args, num_spatial_dims=1, **kwargs)
+
+
+def Conv2d(*args, **kwargs) -> Conv:
+    return Conv(*args, num_spatial_dims=2, **kwargs)

@@ -1,0 +1,35 @@
+"""Linear (fully connected) layer: y = x @ W + b."""
+import jax
+import jax.numpy as jnp
+
+from frost.nn import init
+from frost.nn.module import Module, expand_to, shape_error, static
+
+
+def check_float_input(layer: Module, x, weight, expected: str):
+    """Shared input check: a floating array whose dtype matches the layer's weights."""
+    if not hasattr(x, "dtype") or not jnp.issubdtype(x.dtype, jnp.floating):
+        raise shape_error(layer, f"{expected} of a floating dtype", x)
+    if x.dtype != weight.dtype:
+        raise shape_error(layer, f"{expected} of dtype {weight.dtype.name} (the weights' dtype; cast the input, "
+                          "or the model with jax.tree.map(lambda a: a.astype(...), model))", x)
+
+
+class Linear(Module):
+    weight: jax.Array  # (in_features, out_features)
+    bias: jax.Array | None  # (out_features,)
+    in_features: int = static()
+    out_features: int = static()
+
+    def __init__(self, in_features: int, out_features: int, use_bias: bool = True, *, key, dtype=jnp.float32):
+        wkey, bkey = jax.random.split(key)
+        self.weight = init.kaiming_uniform(wkey, (in_features, out_features), dtype=dtype)
+        self.bias = init.bias_uniform(bkey, (out_features,), in_features, dtype) if use_bias else None
+        self.in_features, self.out_features = in_features, out_features
+
+    def __call__(self, x):  # (..., in) -> (..., out)
+        if getattr(x, "ndim", 0) < 1 or x.shape[-1] != self.in_features:
+            raise shape_error(self, f"(..., {self.in_features})", x)
+        check_float_input(self, x, self.weight, f"(..., {self.in_features})")
+        y = x @ self.weight  # (..., out)
+        return y if self.bias is None else y + expand_to(self.bias, y.ndim)

@@ -1,0 +1,130 @@
+"""Normalisation layers, channels last: BatchNorm, LayerNorm, RMSNorm, GroupNorm.
+
+BatchNorm (Ioffe & Szegedy 2015) keeps running statistics as buffers. In training mode (inside
+`frost.nn.apply(..., train=True)`) it normalises with the batch statistics and records updated
+running statistics, which `apply` writes into the returned model; otherwise it uses the running
+statistics. Updates follow PyTorch: running = (1 - momentum) * running + momentum * batch, with
+the unbiased batch variance for the running estimate.
+"""
+import jax
+import jax.numpy as jnp
+
+from frost.nn import context
+from frost.nn.linear import check_float_input
+from frost.nn.module import Module, buffer, expand_to, shape_error, static
+
+
+def _affine(y, weight, bias):
+    if weight is not None:
+        y = y * expand_to(weight, y.ndim)
+    if bias is not None:
+        y = y + expand_to(bias, y.ndim)
+    return y
+
+
+def _check_channels(layer, x, channels: int, min_ndim: int, ref):
+    if getattr(x, "ndim", 0) < min_ndim or x.shape[-1] != channels:
+        raise shape_error(layer, f"(N, ..., {channels})", x)
+    check_float_input(layer, x, ref, f"(N, ..., {channels})")
+
+
+class BatchNorm(Module):
+    weight: jax.Array | None  # (C,)
+    bias: jax.Array | None  # (C,)
+    running_mean: jax.Array = buffer()  # (C,)
+    running_var: jax.Array = buffer()  # (C,)
+    num_features: int = static()
+    eps: float = static()
+    momentum: float = static()
+
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1, affine: bool = True,
+                 dtype=jnp.float32):
+        self.weight = jnp.ones(num_features, dtype) if affine else None
+        self.bias = jnp.zeros(num_features, dtype) if affine else None
+        self.running_mean, self.running_var = jnp.zeros(num_features, dtype), jnp.ones(num_features, dtype)
+        self.num_features, self.eps, self.momentum = num_features, eps, momentum
+
+    def __call__(self, x):  # (N, ..., C) -> (N, ..., C)
+        _check_channels(self, x, self.num_features, 2, self.running_mean)
+        axes = tuple(range(x.ndim - 1))
+        if context.is_training():
+            mean, var = jnp.mean(x, axes), jnp.var(x, axes)  # (C,), biased
+            n = x.size // self.num_features
+            m = self.momentum
+            context.record(self, running_mean=(1 - m) * self.running_mean + m * mean,
+                           running_var=(1 - m) * self.running_var + m * var * (n / max(n - 1, 1)))
+        else:
+            mean, var = self.running_mean, self.running_var
+        y = (x - expand_to(mean, x.ndim)) * expand_to(jax.lax.rsqrt(var + self.eps), x.ndim)
+        return _affine(y, self.weight, self.bias)
+
+
+class LayerNorm(Module):
+    """Ba et al. 2016: normalise over the trailing `shape` axes."""
+    weight: jax.Array | None
+    bias: jax.Array | None
+    shape: tuple = static()
+    eps: float = static()
+
+    def __init__(self, shape, eps: float = 1e-5, elementwise_affine: bool = True, use_bias: bool = True,
+                 dtype=jnp.float32):
+        self.shape = (shape,) if isinstance(shape, int) else tuple(shape)
+        self.weight = jnp.ones(self.shape, dtype) if elementwise_affine else None
+        self.bias = jnp.zeros(self.shape, dtype) if elementwise_affine and use_bias else None
+        self.eps = eps
+
+    def __call__(self, x):  # (..., *shape) -> same
+        k = len(self.shape)
+        if getattr(x, "ndim", 0) < k or tuple(x.shape[x.ndim - k:]) != self.shape:
+            raise shape_error(self, f"(..., {', '.join(map(str, self.shape))})", x)
+        check_float_input(self, x, self.weight if self.weight is not None else x, "a floating array")
+        axes = tuple(range(x.ndim - k, x.ndim))
+        mean, var = jnp.mean(x, axes, keepdims=True), jnp.var(x, axes, keepdims=True)
+        return _affine((x - mean) * jax.lax.rsqrt(var + self.eps), self.weight, self.bias)
+
+
+class RMSNorm(Module):
+    """Zhang & Sennrich 2019: x / sqrt(mean(x^2) + eps) * weight. eps=None means the dtype's
+    machine epsilon, as in torch.nn.RMSNorm."""
+    weight: jax.Array | None
+    shape: tuple = static()
+    eps: float | None = static()
+
+    def __init__(self, shape, eps: float | None = None, elementwise_affine: bool = True, dtype=jnp.float32):
+        self.shape = (shape,) if isinstance(shape, int) else tuple(shape)
+        self.weight = jnp.ones(self.shape, dtype) if elementwise_affine else None
+        self.eps = eps
+
+    def __call__(self, x):  # (..., *shape) -> same
+        k = len(self.shape)
+        if getattr(x, "ndim", 0) < k or tuple(x.shape[x.ndim - k:]) != self.shape:
+            raise shape_error(self, f"(..., {', '.join(map(str, self.shape))})", x)
+        check_float_input(self, x, self.weight if self.weight is not None else x, "a floating array")
+        eps = jnp.finfo(x.dtype).eps if self.eps is None else self.eps
+        ms = jnp.mean(jnp.square(x), tuple(range(x.ndim - k, x.ndim)), keepdims=True)
+        return _affine(x * jax.lax.rsqrt(ms + eps), self.weight, None)
+
+
+class GroupNorm(Module):
+    """Wu & He 2018: normalise each sample over (spatial axes, channels within a group)."""
+    weight: jax.Array | None  # (C,)
+    bias: jax.Array | None  # (C,)
+    num_groups: int = static()
+    num_channels: int = static()
+    eps: float = static()
+
+    def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True,
+                 dtype=jnp.float32):
+        if num_channels % num_groups:
+            raise ValueError(f"GroupNorm: num_groups={num_groups} must divide num_channels={num_channels}")
+        self.weight = jnp.ones(num_channels, dtype) if affine else None
+        self.bias = jnp.zeros(num_channels, dtype) if affine else None
+        self.num_groups, self.num_channels, self.eps = num_groups, num_channels, eps
+
+    def __call__(self, x):  # (N, ..., C) -> same
+        _check_channels(self, x, self.num_channels, 2, self.weight if self.weight is not None else x)
+        g = x.reshape(*x.shape[:-1], self.num_groups, self.num_channels // self.num_groups)  # (N, ..., G, C/G)
+        axes = tuple(range(1, g.ndim - 2)) + (g.ndim - 1,)
+        mean, var = jnp.mean(g, axes, keepdims=True), jnp.var(g, axes, keepdims=True)
+        y = ((g - mean) * jax.lax.rsqrt(var + self.eps)).reshape(x.shape)
+        return _affine(y, self.weight, self.bias)

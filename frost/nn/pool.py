@@ -1,0 +1,46 @@
+"""Pooling, channels last: MaxPool, AvgPool (zero padding counted, as PyTorch's default), and
+GlobalAvgPool (mean over all spatial axes)."""
+import math
+
+import jax
+import jax.numpy as jnp
+
+from frost.nn.conv import _tuple
+from frost.nn.module import Module, shape_error, static
+
+
+class _Pool(Module):
+    kernel_size: tuple = static()
+    stride: tuple = static()
+    padding: tuple = static()
+
+    def __init__(self, kernel_size, stride=None, padding=0, num_spatial_dims: int = 2):
+        n = num_spatial_dims
+        self.kernel_size = _tuple(kernel_size, n, "kernel_size")
+        self.stride = self.kernel_size if stride is None else _tuple(stride, n, "stride")
+        self.padding = _tuple(padding, n, "padding")
+
+    def _reduce(self, x, init, op):  # (N, *spatial, C) -> (N, *spatial', C)
+        n = len(self.kernel_size)
+        if getattr(x, "ndim", 0) != n + 2:
+            raise shape_error(self, f"(N, {n} spatial axes, C)", x)
+        pads = ((0, 0),) + tuple((p, p) for p in self.padding) + ((0, 0),)
+        return jax.lax.reduce_window(x, jnp.asarray(init, x.dtype), op, (1, *self.kernel_size, 1),
+                                     (1, *self.stride, 1), pads)
+
+
+class MaxPool(_Pool):
+    def __call__(self, x):
+        return self._reduce(x, -jnp.inf, jax.lax.max)
+
+
+class AvgPool(_Pool):
+    def __call__(self, x):
+        return self._reduce(x, 0.0, jax.lax.add) / math.prod(self.kernel_size)
+
+
+class GlobalAvgPool(Module):
+    def __call__(self, x):  # (N, *spatial, C) -> (N, C)
+        if getattr(x, "ndim", 0) < 3:
+            raise shape_error(self, "(N, *spatial, C)", x)
+        return jnp.mean(x, axis=tuple(range(1, x.ndim - 1)))
