@@ -49,7 +49,7 @@ def compare(layer, torch_layer, params, x, *, channels_first=False, train=False,
     cot = rng.standard_normal(y_shape).astype(np.float32)
     floating = jnp.issubdtype(x.dtype, jnp.floating)
     argnums = (0, 1) if floating else 0
-    (_, y), grads = jax.value_and_grad(frost_loss, argnums=argnums, has_aux=True)(layer, x, cot)
+    (_, y), grads = jax.jit(jax.value_and_grad(frost_loss, argnums=argnums, has_aux=True))(layer, x, cot)
     layer_grads, x_grad = grads if floating else (grads, None)
 
     to_t = nhwc_to_nchw if channels_first else np.asarray

@@ -4,6 +4,7 @@ import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from frost.nn.conv import _tuple
 from frost.nn.module import Module, shape_error, static
@@ -25,7 +26,7 @@ class _Pool(Module):
         if getattr(x, "ndim", 0) != n + 2:
             raise shape_error(self, f"(N, {n} spatial axes, C)", x)
         pads = ((0, 0),) + tuple((p, p) for p in self.padding) + ((0, 0),)
-        return jax.lax.reduce_window(x, jnp.asarray(init, x.dtype), op, (1, *self.kernel_size, 1),
+        return jax.lax.reduce_window(x, np.array(init, x.dtype), op, (1, *self.kernel_size, 1),
                                      (1, *self.stride, 1), pads)
 
 

@@ -1,0 +1,153 @@
+"""ResNets (He et al. 2016, "Deep Residual Learning for Image Recognition"), channels last.
+
+    model = resnet20(num_classes=10, in_channels=1, key=key)
+    logits, model = frost.nn.apply(model, images, train=True)    # images: (N, H, W, C)
+
+Two families:
+- CIFAR (3x3 stem, no max-pool): `resnet20`, `resnet56` (3 stages of 16/32/64 channels with
+  n = 3 or 9 basic blocks each, and the paper's parameter-free "option A" shortcut: stride-2
+  subsampling plus zero channels), and `cifar_resnet18` (64-512 channels, projection shortcuts).
+- ImageNet (7x7 stride-2 stem + 3x3 max-pool): `resnet18`, `resnet34` (basic blocks) and
+  `resnet50` (bottleneck blocks, expansion 4), projection ("option B") shortcuts.
+
+Every model is fully convolutional up to a global average pool, so any input size works
+(28x28 Fashion-MNIST runs at 28/14/7 in the CIFAR family). Convolutions use Kaiming-normal
+(fan-out) initialisation as in torchvision; the last BatchNorm of each block starts at zero
+(`zero_init_residual`, Goyal et al. 2017) only when asked.
+"""
+import jax
+import jax.numpy as jnp
+
+from frost import nn
+from frost.nn.module import static
+
+
+def _conv(cin, cout, k, stride, key):
+    conv = nn.Conv2d(cin, cout, k, stride=stride, padding=k // 2, use_bias=False, key=key)
+    return conv.replace(weight=nn.init.kaiming_normal(key, conv.weight.shape, mode="fan_out"))
+
+
+class BasicBlock(nn.Module):
+    """x -> conv3x3 -> BN -> ReLU -> conv3x3 -> BN, + shortcut(x), -> ReLU."""
+    conv1: nn.Conv
+    bn1: nn.BatchNorm
+    conv2: nn.Conv
+    bn2: nn.BatchNorm
+    shortcut: nn.Sequential | None  # projection (option B), or None
+    pad_channels: int = static(0)  # option A: zero channels added to the subsampled input
+    stride: int = static(1)
+
+    def __init__(self, cin, cout, stride, option, *, key):
+        k1, k2, k3 = jax.random.split(key, 3)
+        self.conv1, self.bn1 = _conv(cin, cout, 3, stride, k1), nn.BatchNorm(cout)
+        self.conv2, self.bn2 = _conv(cout, cout, 3, 1, k2), nn.BatchNorm(cout)
+        self.stride, self.pad_channels, self.shortcut = stride, 0, None
+        if stride != 1 or cin != cout:
+            if option == "A":
+                self.pad_channels = cout - cin
+            else:
+                self.shortcut = nn.Sequential(_conv(cin, cout, 1, stride, k3), nn.BatchNorm(cout))
+
+    def residual(self, x):  # (N, H, W, Cin) -> (N, H/s, W/s, Cout)
+        if self.shortcut is not None:
+            return self.shortcut(x)
+        if self.stride == 1 and self.pad_channels == 0:
+            return x
+        x = x[:, ::self.stride, ::self.stride, :]
+        lo = self.pad_channels // 2
+        return jnp.pad(x, ((0, 0), (0, 0), (0, 0), (lo, self.pad_channels - lo)))
+
+    def __call__(self, x):
+        y = jax.nn.relu(self.bn1(self.conv1(x)))
+        return jax.nn.relu(self.bn2(self.conv2(y)) + self.residual(x))
+
+
+class Bottleneck(nn.Module):
+    """x -> 1x1 -> BN -> ReLU -> 3x3 (stride) -> BN -> ReLU -> 1x1 (4x) -> BN, + shortcut, -> ReLU."""
+    conv1: nn.Conv
+    bn1: nn.BatchNorm
+    conv2: nn.Conv
+    bn2: nn.BatchNorm
+    conv3: nn.Conv
+    bn3: nn.BatchNorm
+    shortcut: nn.Sequential | None
+
+    def __init__(self, cin, width, stride, option="B", *, key):
+        k1, k2, k3, k4 = jax.random.split(key, 4)
+        cout = 4 * width
+        self.conv1, self.bn1 = _conv(cin, width, 1, 1, k1), nn.BatchNorm(width)
+        self.conv2, self.bn2 = _conv(width, width, 3, stride, k2), nn.BatchNorm(width)
+        self.conv3, self.bn3 = _conv(width, cout, 1, 1, k3), nn.BatchNorm(cout)
+        self.shortcut = (nn.Sequential(_conv(cin, cout, 1, stride, k4), nn.BatchNorm(cout))
+                         if stride != 1 or cin != cout else None)
+
+    def __call__(self, x):
+        y = jax.nn.relu(self.bn1(self.conv1(x)))
+        y = jax.nn.relu(self.bn2(self.conv2(y)))
+        y = self.bn3(self.conv3(y))
+        return jax.nn.relu(y + (x if self.shortcut is None else self.shortcut(x)))
+
+
+class ResNet(nn.Module):
+    stem: nn.Sequential
+    blocks: tuple
+    head: nn.Linear
+
+    def __init__(self, block, depths, widths, num_classes, in_channels, imagenet_stem, option, *, key):
+        keys = iter(jax.random.split(key, sum(depths) + 2))
+        if imagenet_stem:
+            self.stem = nn.Sequential(_conv(in_channels, widths[0], 7, 2, next(keys)), nn.BatchNorm(widths[0]),
+                                      nn.ReLU(), nn.MaxPool(3, stride=2, padding=1))
+        else:
+            self.stem = nn.Sequential(_conv(in_channels, widths[0], 3, 1, next(keys)), nn.BatchNorm(widths[0]),
+                                      nn.ReLU())
+        blocks, cin = [], widths[0]
+        for stage, (depth, width) in enumerate(zip(depths, widths)):
+            for i in range(depth):
+                stride = 2 if stage > 0 and i == 0 else 1
+                blocks.append(block(cin, width, stride, option, key=next(keys)))
+                cin = width * (4 if block is Bottleneck else 1)
+        self.blocks = tuple(blocks)
+        self.head = nn.Linear(cin, num_classes, key=next(keys))
+
+    def __call__(self, x):  # (N, H, W, C) -> (N, num_classes)
+        x = self.stem(x)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(jnp.mean(x, axis=(1, 2)))  # global average pool -> (N, C) -> logits
+
+
+def zero_init_residual(model: ResNet) -> ResNet:
+    """Start each block's last BatchNorm scale at zero, so every block begins as the identity."""
+    def zero(block):
+        last = "bn3" if isinstance(block, Bottleneck) else "bn2"
+        bn = getattr(block, last)
+        return block.replace(**{last: bn.replace(weight=jnp.zeros_like(bn.weight))})
+    return model.replace(blocks=tuple(zero(b) for b in model.blocks))
+
+
+def resnet20(num_classes=10, in_channels=3, *, key):
+    return ResNet(BasicBlock, (3, 3, 3), (16, 32, 64), num_classes, in_channels, False, "A", key=key)
+
+
+def resnet56(num_classes=10, in_channels=3, *, key):
+    return ResNet(BasicBlock, (9, 9, 9), (16, 32, 64), num_classes, in_channels, False, "A", key=key)
+
+
+def cifar_resnet18(num_classes=10, in_channels=3, *, key):
+    return ResNet(BasicBlock, (2, 2, 2, 2), (64, 128, 256, 512), num_classes, in_channels, False, "B", key=key)
+
+
+def resnet18(num_classes=1000, in_channels=3, *, key):
+    return ResNet(BasicBlock, (2, 2, 2, 2), (64, 128, 256, 512), num_classes, in_channels, True, "B", key=key)
+
+
+def resnet34(num_classes=1000, in_channels=3, *, key):
+    return ResNet(BasicBlock, (3, 4, 6, 3), (64, 128, 256, 512), num_classes, in_channels, True, "B", key=key)
+
+
+def resnet50(num_classes=1000, in_channels=3, *, key):
+    return ResNet(Bottleneck, (3, 4, 6, 3), (64, 128, 256, 512), num_classes, in_channels, True, "B", key=key)
+
+
+MODELS = {f.__name__: f for f in (resnet20, resnet56, cifar_resnet18, resnet18, resnet34, resnet50)}
