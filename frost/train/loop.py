@@ -1,0 +1,164 @@
+"""The training loop: a jitted step, evaluation, progress, metrics, checkpoints, and resume.
+
+    step_fn = make_train_step(optimizer, classification_loss)
+    state = TrainState(model, optimizer.init(model), key=jax.random.key(0))
+    state = fit(state, step_fn, loader, epochs=3, run_dir="runs/r20", evaluate=...)
+
+A step is a pure function `(model, opt_state, batch, key) -> (model, opt_state, metrics)`. The loss
+function returns `(loss, (stats_model, metrics))`, where `stats_model` is the model with
+BatchNorm statistics updated by `frost.nn.apply(..., train=True)`; the step applies the
+optimizer to the parameters and takes the buffers from `stats_model`.
+
+Safety: if the loss or any gradient is non-finite, the step returns the old model and optimizer
+state unchanged and `fit` raises `NonFiniteError` naming the step, leaving the last good
+checkpoint on disk. Determinism: the key of step t is `fold_in(key, t)`, the loader's position is
+saved in each checkpoint, so a resumed run repeats an uninterrupted one exactly on CPU.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+import time
+
+import jax
+import jax.numpy as jnp
+from tqdm import tqdm
+
+from frost import nn
+from frost.optim import all_finite, apply_updates
+from frost.train import checkpoint
+
+
+class NonFiniteError(FloatingPointError):
+    pass
+
+
+@dataclasses.dataclass
+class TrainState:
+    model: object
+    opt_state: object
+    key: jax.Array
+    step: int = 0
+    loader_state: dict | None = None
+    last_eval: dict | None = None  # the latest `eval_fn` result (not checkpointed)
+
+    def tree(self):
+        return {"model": self.model, "opt_state": self.opt_state, "key": self.key}
+
+
+def cross_entropy(logits, labels):  # (N, K), (N,) -> ()
+    logp = jax.nn.log_softmax(logits.astype(jnp.float32))
+    return -jnp.mean(jnp.take_along_axis(logp, labels[:, None].astype(jnp.int32), axis=1))
+
+
+def classification_loss(model, batch, key):
+    """Softmax cross-entropy for `(inputs, integer labels)` batches, in training mode."""
+    x, labels = batch
+    logits, stats_model = nn.apply(model, x, train=True, key=key)
+    accuracy = jnp.mean(jnp.argmax(logits, -1) == labels)
+    return cross_entropy(logits, labels), (stats_model, {"accuracy": accuracy})
+
+
+def make_train_step(optimizer, loss_fn=classification_loss, prepare=lambda batch: batch):
+    """A jitted `(model, opt_state, batch, key) -> (model, opt_state, metrics)`; `prepare` maps
+    the loader's batch to the loss function's (e.g. uint8 images to normalised floats)."""
+    def step(model, opt_state, batch, key):
+        grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+        (loss, (stats_model, metrics)), grads = grad_fn(model, prepare(batch), key)
+        updates, new_opt_state = optimizer.update(grads, opt_state, model)
+        new_model = nn.update_buffers(apply_updates(model, updates), stats_model)
+        finite = jnp.isfinite(loss) & all_finite(grads)
+        keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(finite, a, b), new, old)  # noqa: E731
+        return keep(new_model, model), keep(new_opt_state, opt_state), dict(metrics, loss=loss, finite=finite)
+    return jax.jit(step, donate_argnums=(0, 1))
+
+
+def make_eval_step(prepare=lambda batch: batch):
+    """A jitted `(model, batch) -> {loss_sum, correct, count}` in evaluation mode."""
+    @jax.jit
+    def step(model, batch):
+        x, labels = prepare(batch)
+        logits = model(x)
+        return {"loss_sum": cross_entropy(logits, labels) * labels.shape[0],
+                "correct": jnp.sum(jnp.argmax(logits, -1) == labels), "count": labels.shape[0]}
+    return step
+
+
+def evaluate(model, batches, eval_step) -> dict:
+    """Mean loss and accuracy over `batches`."""
+    totals = {"loss_sum": 0.0, "correct": 0, "count": 0}
+    for batch in batches:
+        for k, v in eval_step(model, batch).items():
+            totals[k] += float(v)
+    n = max(totals["count"], 1)
+    return {"loss": totals["loss_sum"] / n, "accuracy": totals["correct"] / n}
+
+
+def restore(run_dir, state: TrainState) -> TrainState:
+    """`state` replaced by the latest checkpoint in `run_dir/checkpoints` (unchanged if none)."""
+    path = checkpoint.latest(pathlib.Path(run_dir) / "checkpoints")
+    if path is None:
+        return state
+    tree, meta = checkpoint.load(path, state.tree())
+    return TrainState(tree["model"], tree["opt_state"], tree["key"], meta["step"], meta.get("loader"))
+
+
+def save(run_dir, state: TrainState, keep: int = 3, **meta) -> pathlib.Path:
+    meta = dict(meta, step=state.step, loader=state.loader_state)
+    return checkpoint.save(pathlib.Path(run_dir) / "checkpoints", state.step, state.tree(), meta, keep)
+
+
+def fit(state: TrainState, train_step, loader, *, epochs: int, run_dir, eval_fn=None, keep: int = 3,
+        log_every: int = 20, meta: dict | None = None, progress: bool = True, max_steps: int | None = None):
+    """Train until `loader.epoch == epochs` (or `max_steps`), checkpointing after every epoch.
+
+    `loader` is positioned already (a `frost.data.Loader` built with `state=state.loader_state`).
+    `eval_fn(model) -> dict` runs after each epoch. Metrics go to `run_dir/metrics.jsonl`.
+    """
+    run_dir = pathlib.Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    meta = meta or {}
+    with open(run_dir / "metrics.jsonl", "a") as log:
+        def write(record):
+            log.write(json.dumps(record) + "\n")
+            log.flush()
+
+        while loader.epoch < epochs and (max_steps is None or state.step < max_steps):
+            epoch, start_batch = loader.epoch, loader.batch
+            bar = tqdm(total=len(loader), initial=start_batch, desc=f"epoch {epoch + 1}/{epochs}",
+                       disable=not progress, dynamic_ncols=True, leave=True)
+            seen, t0 = 0, time.perf_counter()
+            for batch in loader:
+                model, opt_state, metrics = train_step(state.model, state.opt_state, batch,
+                                                       jax.random.fold_in(state.key, state.step))
+                if not bool(metrics["finite"]):
+                    bar.close()
+                    last = checkpoint.latest(run_dir / "checkpoints")
+                    raise NonFiniteError(f"non-finite loss or gradients at step {state.step + 1} "
+                                         f"(loss={float(metrics['loss'])}); training stopped, the update was not "
+                                         f"applied; last good checkpoint: {last or 'none yet'}")
+                state = dataclasses.replace(state, model=model, opt_state=opt_state, step=state.step + 1,
+                                            loader_state=loader.state())
+                seen += len(jax.tree.leaves(batch)[0])
+                bar.update(1)
+                if state.step % log_every == 0:
+                    rate = seen / (time.perf_counter() - t0)
+                    record = {"step": state.step, "epoch": epoch, "loss": float(metrics["loss"]),
+                              "images_per_s": rate, **{k: float(v) for k, v in metrics.items()
+                                                       if k not in ("loss", "finite")}}
+                    write(record)
+                    bar.set_postfix(loss=f"{record['loss']:.4f}", per_s=f"{rate:.0f}")
+                if max_steps is not None and state.step >= max_steps:
+                    break
+            bar.close()
+            if loader.epoch > epoch and eval_fn is not None:
+                result = eval_fn(state.model)
+                state = dataclasses.replace(state, last_eval=result)
+                write({"step": state.step, "epoch": epoch, **{f"test_{k}": v for k, v in result.items()}})
+                if progress:
+                    print(f"epoch {epoch + 1}: " + ", ".join(f"test {k} {v:.4f}" for k, v in result.items()),
+                          flush=True)
+            save(run_dir, state, keep, **meta)
+    return state
+

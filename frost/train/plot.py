@@ -1,0 +1,47 @@
+"""`frost plot RUN_DIR`: loss and accuracy curves from `metrics.jsonl` to `RUN_DIR/curves.png`."""
+import json
+import pathlib
+
+
+def read_metrics(run_dir) -> list[dict]:
+    path = pathlib.Path(run_dir) / "metrics.jsonl"
+    if not path.exists():
+        raise FileNotFoundError(f"{path} not found: is {run_dir} a frost run directory?")
+    records = []
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}:{n}: not a JSON line ({e})") from e
+    return records
+
+
+def plot(run_dir, out=None) -> pathlib.Path:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as e:
+        raise ImportError("frost plot needs matplotlib: pip install 'frost[plot]'") from e
+    records = read_metrics(run_dir)
+    train = [r for r in records if "loss" in r]
+    test = [r for r in records if "test_loss" in r]
+    fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(10, 4))
+    ax_loss.plot([r["step"] for r in train], [r["loss"] for r in train], label="train")
+    if test:
+        ax_loss.plot([r["step"] for r in test], [r["test_loss"] for r in test], "o-", label="test")
+    for key, label in (("accuracy", "train"), ("test_accuracy", "test")):
+        rows = [r for r in records if key in r]
+        if rows:
+            ax_acc.plot([r["step"] for r in rows], [r[key] for r in rows], "o-" if "test" in key else "-", label=label)
+    for ax, name in ((ax_loss, "loss"), (ax_acc, "accuracy")):
+        ax.set_xlabel("step")
+        ax.set_ylabel(name)
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.suptitle(str(run_dir))
+    fig.tight_layout()
+    out = pathlib.Path(out) if out else pathlib.Path(run_dir) / "curves.png"
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out

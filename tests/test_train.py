@@ -1,0 +1,169 @@
+"""Training loop, checkpoints and the `frost train` / `frost plot` commands."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from frost import data, nn, optim
+from frost.cli import main as cli
+from frost.models import resnet
+from frost.train import checkpoint, loop
+
+
+@jax.jit  # one compile instead of one per eager init op
+def tiny_model(key):
+    return resnet.ResNet(resnet.BasicBlock, (1, 1), (4, 8), 3, 1, False, "A", key=key)
+
+
+def tiny_data(n=48, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((n, 8, 8, 1)).astype(np.float32), rng.integers(0, 3, n).astype(np.int32)
+
+
+# --- checkpoints ---
+
+def test_checkpoint_round_trip_with_key_bf16_and_optimizer_state(tmp_path, key):
+    model = tiny_model(key)
+    opt = optim.adamw(1e-3)
+    tree = {"model": model, "opt_state": opt.init(model), "key": jax.random.key(3),
+            "half": jnp.arange(4, dtype=jnp.bfloat16) / 3}
+    path = checkpoint.save(tmp_path, 7, tree, meta={"note": "hi"})
+    loaded, meta = checkpoint.load(path, tree)
+    assert meta == {"note": "hi"}
+    for a, b in zip(jax.tree.leaves(tree), jax.tree.leaves(loaded)):
+        if jnp.issubdtype(a.dtype, jax.dtypes.prng_key):
+            a, b = jax.random.key_data(a), jax.random.key_data(b)
+        assert a.dtype == b.dtype
+        np.testing.assert_array_equal(np.asarray(a.astype(jnp.float32) if a.dtype == jnp.bfloat16 else a),
+                                      np.asarray(b.astype(jnp.float32) if b.dtype == jnp.bfloat16 else b))
+    assert "model.blocks.0.conv1.weight" in json.loads((path / "manifest.json").read_text())["entries"]
+
+
+def test_checkpoint_keeps_last_k(tmp_path):
+    for step in range(5):
+        checkpoint.save(tmp_path, step, {"x": jnp.ones(2) * step}, keep=2)
+    assert [p.name for p in checkpoint.checkpoints(tmp_path)] == ["step_00000003", "step_00000004"]
+    assert checkpoint.latest(tmp_path).name == "step_00000004"
+
+
+def test_corrupt_and_mismatched_checkpoints_name_the_file_and_entry(tmp_path, key):
+    tree = {"model": tiny_model(key)}
+    path = checkpoint.save(tmp_path, 1, tree)
+    other = {"model": jax.jit(lambda k: resnet.ResNet(resnet.BasicBlock, (1, 1), (4, 16), 3, 1, False, "A", key=k))(key)}
+    with pytest.raises(checkpoint.CheckpointError, match=r"arrays.safetensors: entry 'model.blocks.1.conv1.weight' "
+                                                          r"is float32\[3, 3, 4, 16\].*expects float32\[3, 3, 4, 8\]"):
+        checkpoint.load(checkpoint.save(tmp_path, 2, other), tree)
+    with pytest.raises(checkpoint.CheckpointError, match="missing entries"):
+        checkpoint.load(path, {**tree, "extra": jnp.ones(1)})
+    blob = bytearray((path / "arrays.safetensors").read_bytes())
+    blob[-5] ^= 0xFF
+    (path / "arrays.safetensors").write_bytes(bytes(blob))
+    with pytest.raises(checkpoint.CheckpointError, match=f"{path}/arrays.safetensors: checksum mismatch"):
+        checkpoint.load(path, tree)
+    (path / "manifest.json").write_text("{truncated")
+    with pytest.raises(checkpoint.CheckpointError, match="manifest.json: cannot read"):
+        checkpoint.load(path, tree)
+
+
+def test_process_killed_mid_save_leaves_previous_checkpoint(tmp_path):
+    script = textwrap.dedent(f"""
+        import time, jax.numpy as jnp
+        from frost.train import checkpoint
+        checkpoint.save({str(tmp_path)!r}, 1, {{"x": jnp.ones(1000)}})
+        checkpoint._fsync = lambda path: time.sleep(60)   # hang inside the second save
+        checkpoint.save({str(tmp_path)!r}, 2, {{"x": jnp.zeros(1000)}})
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    try:
+        deadline = time.time() + 60
+        while not (tmp_path / "step_00000002.tmp" / "arrays.safetensors").exists():
+            assert time.time() < deadline and proc.poll() is None, "the saving process never reached step 2"
+            time.sleep(0.05)
+        time.sleep(0.2)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+    assert checkpoint.latest(tmp_path).name == "step_00000001"
+    tree, _ = checkpoint.load(checkpoint.latest(tmp_path), {"x": jnp.zeros(1000)})
+    np.testing.assert_array_equal(tree["x"], np.ones(1000))
+    checkpoint.save(tmp_path, 3, {"x": jnp.zeros(1000)})  # the next save cleans the partial one
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+# --- the loop ---
+
+def run(tmp_path, name, epochs, max_steps=None, resume=False, images=None, seed=0):
+    x, y = tiny_data() if images is None else images
+    model = tiny_model(jax.random.key(seed))
+    opt = optim.sgd(optim.one_cycle(12, 0.05), momentum=0.9, nesterov=True, weight_decay=5e-4)
+    state = loop.TrainState(model, opt.init(model), jax.random.key(1))
+    if resume:
+        state = loop.restore(tmp_path / name, state)
+    step = loop.make_train_step(opt, loop.classification_loss)
+    with data.Loader(data.Arrays(x, y), 8, seed=seed, drop_last=True, state=state.loader_state) as loader:
+        state = loop.fit(state, step, loader, epochs=epochs, run_dir=tmp_path / name, log_every=1,
+                         progress=False, max_steps=max_steps)
+    losses = [r["loss"] for r in map(json.loads, (tmp_path / name / "metrics.jsonl").read_text().splitlines())
+              if "loss" in r]
+    return state, losses
+
+
+def test_resume_mid_epoch_gives_identical_losses(tmp_path):
+    _, full = run(tmp_path, "full", epochs=2)
+    assert len(full) == 12 and full[-1] < full[0]
+    run(tmp_path, "split", epochs=2, max_steps=4)  # stop mid-epoch (epoch has 6 batches)
+    state, split = run(tmp_path, "split", epochs=2, resume=True)
+    assert state.step == 12
+    assert split == full  # bit-identical on CPU
+
+
+def test_non_finite_loss_stops_with_step_and_keeps_last_checkpoint(tmp_path):
+    x, y = tiny_data()
+    run(tmp_path, "nan", epochs=1, images=(x, y))
+    good = checkpoint.latest(tmp_path / "nan" / "checkpoints")
+    x_bad = x.copy()
+    x_bad[:] = np.nan
+    with pytest.raises(loop.NonFiniteError, match=r"at step 7 .*last good checkpoint: .*step_00000006"):
+        run(tmp_path, "nan", epochs=2, resume=True, images=(x_bad, y))
+    assert checkpoint.latest(tmp_path / "nan" / "checkpoints") == good
+
+
+def test_train_step_compiles_once_and_updates_batchnorm_statistics(key):
+    model = tiny_model(key)
+    opt = optim.sgd(0.01)
+    step = loop.make_train_step(opt)
+    x, y = tiny_data(16)
+    mean_before = np.asarray(model.blocks[0].bn1.running_mean)  # the step donates (frees) its inputs
+    m1, s1, metrics = step(model, opt.init(model), (jnp.asarray(x[:8]), jnp.asarray(y[:8])), key)
+    before = step._cache_size()
+    m2, _, _ = step(m1, s1, (jnp.asarray(x[8:]), jnp.asarray(y[8:])), key)
+    assert step._cache_size() == before == 1
+    assert bool(metrics["finite"])
+    assert not np.allclose(m2.blocks[0].bn1.running_mean, mean_before)
+
+
+# --- the commands ---
+
+def test_frost_train_and_plot_on_fashion_mnist(tmp_path, capsys):
+    out = tmp_path / "run"
+    cli(["train", "resnet20", "--max-steps", "2", "--limit", "128", "--batch-size", "64", "--workers", "0",
+         "--out", str(out)])
+    text = capsys.readouterr().out
+    assert "test accuracy" in text and (out / "metrics.jsonl").exists() and checkpoint.latest(out / "checkpoints")
+    with pytest.raises(FileExistsError, match="--resume"):
+        cli(["train", "resnet20", "--limit", "128", "--out", str(out)])
+    cli(["plot", str(out)])
+    assert (out / "curves.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_unknown_data_gives_a_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="not a known data set"):
+        cli(["train", "resnet20", "--data", str(tmp_path / "nowhere"), "--out", str(tmp_path / "r")])
