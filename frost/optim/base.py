@@ -1,0 +1,218 @@
+"""The optimizer protocol, exactly optax's, and the glue around it.
+
+    opt = chain(clip_by_global_norm(1.0), adamw(3e-4))
+    state = opt.init(params)
+    updates, state = opt.update(grads, state, params)   # params: needed by weight decay, EMA
+    params = apply_updates(params, updates)
+
+A transform is `GradientTransformation(init, update)`. Since only the two attribute names
+matter, an optax transform can sit inside a Frost `chain` and a Frost transform inside
+`optax.chain` (tests/test_optim.py shows both).
+
+Hyper-parameters live in the state. Every transform stores the hyper-parameters a run may want
+to change (learning rate, weight decay, momentum and betas) as float32 scalar arrays in its
+NamedTuple state, under the names in `HYPERPARAMS`. `jax.jit` traces them like any other state
+array, so changing one between steps neither recompiles nor changes the arithmetic:
+
+    get_hyperparams(state)                      # {'learning_rate': Array(3e-4), 'b1': ..., ...}
+    state = set_hyperparams(state, learning_rate=1e-4)
+
+A name that occurs in several partitions (Muon's two learning rates) is qualified by the
+partition label: 'muon/learning_rate', 'adam/learning_rate'.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+HYPERPARAMS = ("learning_rate", "weight_decay", "momentum", "b1", "b2")
+
+
+class GradientTransformation(NamedTuple):
+    init: Callable      # params -> state
+    update: Callable    # (updates, state, params=None) -> (updates, state)
+
+
+class EmptyState(NamedTuple):
+    """The state of a stateless transform."""
+
+
+class MaskedNode(NamedTuple):
+    """Stands where a mask leaves a leaf out: an empty PyTree node, so inner transforms never see it."""
+
+
+class MaskedState(NamedTuple):
+    inner: Any
+
+
+class PartitionState(NamedTuple):
+    inner_states: dict  # label -> MaskedState
+
+
+def hyperparam(x) -> jax.Array:
+    """A hyper-parameter as stored in a state: a float32 scalar array (never weakly typed)."""
+    return jnp.asarray(x, jnp.float32)
+
+
+def chain(*transforms) -> GradientTransformation:
+    """Apply transforms one after the other; the state is the tuple of their states."""
+    def init(params):
+        return tuple(t.init(params) for t in transforms)
+
+    def update(updates, state, params=None):
+        new_state = []
+        for t, s in zip(transforms, state, strict=True):
+            updates, s = t.update(updates, s, params)
+            new_state.append(s)
+        return updates, tuple(new_state)
+    return GradientTransformation(init, update)
+
+
+def apply_updates(params, updates):
+    """params + updates, added in the wider dtype and returned in each parameter's own dtype."""
+    def add(p, u):
+        wide = p.dtype if p.dtype.itemsize >= u.dtype.itemsize else u.dtype
+        return (p.astype(wide) + u.astype(wide)).astype(p.dtype)
+    return jax.tree.map(add, params, updates)
+
+
+def _resolve(tree_or_fn, tree):
+    """A mask or labels given as a function of the params, or as the tree itself. A callable PyTree
+    (a Module of bools) is a tree: only a leaf, such as a function, is called."""
+    is_fn = callable(tree_or_fn) and jax.tree_util.treedef_is_leaf(jax.tree.structure(tree_or_fn))
+    return tree_or_fn(tree) if is_fn else tree_or_fn
+
+
+def masked(inner, mask) -> GradientTransformation:
+    """Apply `inner` only where `mask` is True; elsewhere updates pass through unchanged.
+
+    `mask` is a tree of Python bools shaped like the params (or a prefix of it), or a function
+    params -> such a tree. Inner sees the selected leaves only (the others are `MaskedNode`s), so
+    its state holds nothing for them and tree-wide steps (global-norm clipping) see only them.
+    """
+    def select(tree, m):
+        return jax.tree.map(lambda keep, x: x if keep else MaskedNode(), m, tree)
+
+    def init(params):
+        return MaskedState(inner.init(select(params, _resolve(mask, params))))
+
+    def update(updates, state, params=None):
+        m = _resolve(mask, updates)
+        chosen = None if params is None else select(params, m)
+        new, inner_state = inner.update(select(updates, m), state.inner, chosen)
+        merged = jax.tree.map(lambda keep, n, u: n if keep else u, m, new, updates)
+        return merged, MaskedState(inner_state)
+    return GradientTransformation(init, update)
+
+
+def partition(transforms: dict, labels) -> GradientTransformation:
+    """Send each leaf to the transform named by its label (optax.multi_transform / partition).
+
+    `labels` is a tree of strings shaped like the params, or a function params -> such a tree:
+
+        partition({"muon": muon_chain, "adam": adamw(3e-4)},
+                  lambda params: jax.tree.map(lambda p: "muon" if p.ndim == 2 else "adam", params))
+    """
+    parts = {k: masked(t, lambda tree, k=k: jax.tree.map(lambda lab: lab == k, _resolve(labels, tree)))
+             for k, t in transforms.items()}
+
+    def init(params):
+        unknown = set(jax.tree.leaves(_resolve(labels, params))) - set(transforms)
+        if unknown:
+            raise ValueError(f"partition: no transform for label(s) {sorted(unknown)}; "
+                             f"transforms are given for {sorted(transforms)}")
+        return PartitionState({k: p.init(params) for k, p in parts.items()})
+
+    def update(updates, state, params=None):
+        new_states = {}
+        for k, p in parts.items():  # the masks are disjoint, so applying them in turn partitions
+            updates, new_states[k] = p.update(updates, state.inner_states[k], params)
+        return updates, PartitionState(new_states)
+    return GradientTransformation(init, update)
+
+
+def decay_mask(params):
+    """True at leaves of rank >= 2 (weight matrices, kernels, embeddings), False at biases and
+    norm scales: pass as `mask=` to weight-decay only the matrices, as nanoGPT does."""
+    return jax.tree.map(lambda p: p.ndim >= 2, params)
+
+
+def map_states(fn, state, prefix: str = ""):
+    """Rebuild an optimizer state, replacing every NamedTuple `s` in it by `fn(s, prefix)`.
+
+    Children are rebuilt first; `prefix` is the partition labels above `s` ("muon/")."""
+    if isinstance(state, PartitionState):
+        return PartitionState({k: map_states(fn, s, f"{prefix}{k}/") for k, s in state.inner_states.items()})
+    if isinstance(state, tuple) and hasattr(state, "_fields"):
+        return fn(type(state)(*(map_states(fn, s, prefix) for s in state)), prefix)
+    if isinstance(state, (tuple, list)):
+        return type(state)(map_states(fn, s, prefix) for s in state)
+    if isinstance(state, dict):
+        return {k: map_states(fn, s, prefix) for k, s in state.items()}
+    return state
+
+
+def find_states(state, cls) -> list:
+    """Every state of type `cls` inside `state`, in order."""
+    found = []
+
+    def visit(s, prefix):
+        if isinstance(s, cls):
+            found.append(s)
+        return s
+    map_states(visit, state)
+    return found
+
+
+def _hyper_keys(state) -> dict:
+    """{(prefix, field name): key} for every hyper-parameter; a key is qualified only where ambiguous."""
+    found = []
+
+    def visit(s, prefix):
+        found.extend((prefix, n) for n in s._fields if n in HYPERPARAMS)
+        return s
+    map_states(visit, state)
+    counts = Counter(n for _, n in found)
+    keys = {(p, n): n if counts[n] == 1 else p + n for p, n in found}
+    if len(set(keys.values())) < len(found):
+        raise ValueError(f"hyper-parameter names clash in this state: {[p + n for p, n in found]}; "
+                         "put the transforms that share a name in different partition()s")
+    return keys
+
+
+def get_hyperparams(state) -> dict:
+    """{name: float32 scalar} of every hyper-parameter stored in an optimizer state."""
+    keys, out = _hyper_keys(state), {}
+
+    def visit(s, prefix):
+        out.update({keys[prefix, n]: getattr(s, n) for n in s._fields if (prefix, n) in keys})
+        return s
+    map_states(visit, state)
+    return out
+
+
+def set_hyperparams(state, **values):
+    """A copy of `state` with some hyper-parameters replaced (same dtype and shape: no recompile).
+
+        state = set_hyperparams(state, learning_rate=1e-4, weight_decay=0.0)
+        state = set_hyperparams(state, **{"muon/learning_rate": 0.01})
+    """
+    keys = _hyper_keys(state)
+    unknown = set(values) - set(keys.values())
+    if unknown:
+        raise KeyError(f"no hyper-parameter(s) {sorted(unknown)} in this optimizer state; "
+                       f"it has {sorted(keys.values())}")
+
+    def replace(s, prefix):
+        changes = {n: values[keys[prefix, n]] for n in s._fields if keys.get((prefix, n)) in values}
+        for n, v in changes.items():
+            if n in getattr(type(s), "scheduled", ()):
+                raise ValueError(f"{keys[prefix, n]} follows a schedule (a function of the step count); build "
+                                 "the optimizer with another schedule, or with a float to set it by hand")
+            if jnp.shape(v) != ():
+                raise ValueError(f"{keys[prefix, n]} must be a scalar, got shape {jnp.shape(v)}")
+        return s._replace(**{n: jnp.asarray(v, getattr(s, n).dtype) for n, v in changes.items()})
+    return map_states(replace, state)

@@ -1,0 +1,101 @@
+"""Named optimizers, each a chain of transforms from transforms.py.
+
+Notation: g gradient, θ parameters, η learning rate (a float or a schedule), λ weight decay,
+t the step (from 1). The learning rate, weight decay and momentum (b1/b2 for Adam, Lion and
+Sophia) of each are in the optimizer state: read them with get_hyperparams(state) and change
+them between steps with set_hyperparams(state, ...) without recompiling. `mask` selects the
+leaves that are weight-decayed (a tree of bools or a function of the params; base.decay_mask
+decays only matrices).
+"""
+from __future__ import annotations
+
+import jax
+
+from frost.optim.base import GradientTransformation, chain, partition
+from frost.optim.transforms import (add_decayed_weights, scale_by_adam, scale_by_learning_rate, scale_by_lion,
+                                    scale_by_muon, scale_by_sophia, trace)
+
+
+def sgd(learning_rate, momentum: float = 0.0, nesterov: bool = False, weight_decay: float = 0.0,
+        mask=None) -> GradientTransformation:
+    """Stochastic gradient descent with momentum, as torch.optim.SGD (Nesterov: Sutskever et al. 2013).
+
+        d = g + λθ;   b <- momentum·b + d;   θ <- θ - η·(d + momentum·b if nesterov else b)
+    """
+    return chain(add_decayed_weights(weight_decay, mask), trace(momentum, nesterov),
+                 scale_by_learning_rate(learning_rate))
+
+
+def adam(learning_rate, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, weight_decay: float = 0.0,
+         mask=None) -> GradientTransformation:
+    """Adam (Kingma & Ba 2015, "Adam: A Method for Stochastic Optimization"), with L2 weight decay
+    added to the gradient as torch.optim.Adam does:
+
+        d = g + λθ;  m <- b1·m + (1-b1)·d;  v <- b2·v + (1-b2)·d²;
+        θ <- θ - η·(m/(1-b1^t)) / (sqrt(v/(1-b2^t)) + eps)
+    """
+    return chain(add_decayed_weights(weight_decay, mask), scale_by_adam(b1, b2, eps),
+                 scale_by_learning_rate(learning_rate))
+
+
+def adamw(learning_rate, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, weight_decay: float = 1e-4,
+          mask=None) -> GradientTransformation:
+    """AdamW (Loshchilov & Hutter 2019, "Decoupled Weight Decay Regularization"):
+
+        m, v as in Adam on g;   θ <- θ - η·(m̂ / (sqrt(v̂) + eps) + λθ)
+
+    The decay is multiplied by η, as in torch.optim.AdamW and optax.adamw.
+    """
+    return chain(scale_by_adam(b1, b2, eps), add_decayed_weights(weight_decay, mask),
+                 scale_by_learning_rate(learning_rate))
+
+
+def lion(learning_rate, b1: float = 0.9, b2: float = 0.99, weight_decay: float = 1e-3,
+         mask=None) -> GradientTransformation:
+    """Lion (Chen et al. 2023, "Symbolic Discovery of Optimization Algorithms"):
+
+        θ <- θ - η·(sign(b1·m + (1-b1)·g) + λθ);   m <- b2·m + (1-b2)·g
+    """
+    return chain(scale_by_lion(b1, b2), add_decayed_weights(weight_decay, mask),
+                 scale_by_learning_rate(learning_rate))
+
+
+def sophia(learning_rate, b1: float = 0.965, b2: float = 0.99, gamma: float = 0.01, eps: float = 1e-12,
+           weight_decay: float = 0.1, interval: int = 10, mask=None) -> GradientTransformation:
+    """Sophia (Liu et al. 2023, "Sophia: A Scalable Stochastic Second-order Optimizer for Language
+    Model Pre-training", Algorithm 3):
+
+        m <- b1·m + (1-b1)·g;   every k = interval steps: h <- b2·h + (1-b2)·ĥ;
+        θ <- θ - η·(clip(m / max(γ·h, eps), -1, 1) + λθ)
+
+    ĥ is a Hessian-diagonal estimate that the step feeds in before each update:
+
+        state = update_hessian(state, lambda: gauss_newton_bartlett(logits_fn, params, key=key))
+        updates, state = opt.update(grads, state, params)
+
+    (update_hessian evaluates the estimate only on refresh steps; `hutchinson` is Sophia-H.)
+    """
+    return chain(scale_by_sophia(b1, b2, gamma, eps, interval), add_decayed_weights(weight_decay, mask),
+                 scale_by_learning_rate(learning_rate))
+
+
+def muon(learning_rate, momentum: float = 0.95, nesterov: bool = True, ns_steps: int = 5,
+         weight_decay: float = 0.0, mask=None, labels=None, adam_learning_rate=None, adam_b1: float = 0.9,
+         adam_b2: float = 0.999, adam_eps: float = 1e-8, adam_weight_decay: float = 0.0) -> GradientTransformation:
+    """Muon (Jordan et al. 2024, "Muon: An optimizer for hidden layers in neural networks"), for
+    each 2-D weight W (in, out); every other leaf (biases, norm scales, conv kernels) gets AdamW:
+
+        m <- μ·m + (1-μ)·g;   v = μ·m + (1-μ)·g if nesterov else m;
+        W <- W - η·(newton_schulz(v)·sqrt(max(1, out/in)) + λW)
+
+    `labels` (a tree or function of the params giving "muon" or "adam" per leaf) overrides the
+    rank rule, e.g. to send embeddings and the output head to AdamW as Jordan recommends.
+    Hyper-parameters are qualified by part: 'muon/learning_rate', 'adam/learning_rate', ...
+    """
+    labels = labels or (lambda params: jax.tree.map(lambda p: "muon" if p.ndim == 2 else "adam", params))
+    return partition({
+        "muon": chain(scale_by_muon(momentum, nesterov, ns_steps), add_decayed_weights(weight_decay, mask),
+                      scale_by_learning_rate(learning_rate)),
+        "adam": adamw(learning_rate if adam_learning_rate is None else adam_learning_rate, adam_b1, adam_b2,
+                      adam_eps, adam_weight_decay, mask),
+    }, labels)

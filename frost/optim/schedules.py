@@ -1,0 +1,76 @@
+"""Learning-rate schedules: functions step -> value, jittable (the step may be a traced int).
+
+Pass one as `learning_rate=` to any optimizer; scale_by_learning_rate evaluates it at its step
+count. Names and conventions follow optax where optax has the schedule (decay lengths count
+from the start of the decay; `warmup_cosine`'s decay_steps includes the warmup, as optax's).
+
+    warmup_cosine(3e-4, warmup_steps=100, decay_steps=1000)(0)   -> 0.0
+                                                           (100) -> 3e-4
+                                                          (1000) -> 0.0
+"""
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+
+def _ramp(step, begin, steps):
+    """0 before `begin`, rising linearly to 1 at `begin + steps`, 1 after."""
+    return jnp.clip((jnp.asarray(step, jnp.float32) - begin) / max(steps, 1), 0.0, 1.0)
+
+
+def _cos(frac):
+    """Half a cosine from 1 (frac = 0) to 0 (frac = 1)."""
+    return 0.5 * (1 + jnp.cos(jnp.pi * frac))
+
+
+def constant(value: float):
+    return lambda step: jnp.full((), value, jnp.float32)
+
+
+def linear(init_value: float, end_value: float, steps: int, begin: int = 0):
+    """init_value until `begin`, then linearly to end_value over `steps` steps (optax.linear_schedule)."""
+    return lambda step: init_value + (end_value - init_value) * _ramp(step, begin, steps)
+
+
+def cosine_decay(init_value: float, decay_steps: int, alpha: float = 0.0):
+    """Cosine from init_value to alpha * init_value over decay_steps (Loshchilov & Hutter 2017;
+    optax.cosine_decay_schedule)."""
+    return lambda step: init_value * ((1 - alpha) * _cos(_ramp(step, 0, decay_steps)) + alpha)
+
+
+def warmup_cosine(peak_value: float, warmup_steps: int, decay_steps: int, init_value: float = 0.0,
+                  end_value: float = 0.0):
+    """Linear warmup init_value -> peak_value, then cosine to end_value at step decay_steps
+    (optax.warmup_cosine_decay_schedule)."""
+    def schedule(step):
+        warm = init_value + (peak_value - init_value) * _ramp(step, 0, warmup_steps)
+        decay = end_value + (peak_value - end_value) * _cos(_ramp(step, warmup_steps, decay_steps - warmup_steps))
+        return jnp.where(jnp.asarray(step) < warmup_steps, warm, decay)
+    return schedule
+
+
+def one_cycle(total_steps: int, peak_value: float, pct_start: float = 0.3, div_factor: float = 25.0,
+              final_div_factor: float = 1e4):
+    """Smith & Topin 2017: cosine up from peak/div_factor to peak over pct_start of the run, then
+    cosine down to peak/(div_factor·final_div_factor) (optax.cosine_onecycle_schedule, torch OneCycleLR)."""
+    init, end, up = peak_value / div_factor, peak_value / (div_factor * final_div_factor), int(pct_start * total_steps)
+
+    def schedule(step):
+        rise = peak_value + (init - peak_value) * _cos(_ramp(step, 0, up))
+        fall = end + (peak_value - end) * _cos(_ramp(step, up, total_steps - up))
+        return jnp.where(jnp.asarray(step) < up, rise, fall)
+    return schedule
+
+
+def warmup_stable_decay(peak_value: float, warmup_steps: int, stable_steps: int, decay_steps: int,
+                        init_value: float = 0.0, end_value: float = 0.0):
+    """Warmup-stable-decay (Hu et al. 2024, MiniCPM): linear warmup to peak_value, hold it for
+    stable_steps, then decay linearly to end_value over decay_steps, and stay there.
+
+        warmup_stable_decay(1.0, 2, 3, 2)(0..8) -> 0, .5, 1, 1, 1, 1, .5, 0, 0
+    """
+    def schedule(step):
+        warm = init_value + (peak_value - init_value) * _ramp(step, 0, warmup_steps)
+        decay = peak_value + (end_value - peak_value) * _ramp(step, warmup_steps + stable_steps, decay_steps)
+        return jnp.where(jnp.asarray(step) < warmup_steps, warm, decay)
+    return schedule

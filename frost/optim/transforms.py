@@ -1,0 +1,402 @@
+"""Small composable gradient transformations; optimizers.py chains them into named optimizers.
+
+Each transform is a `GradientTransformation(init, update)` with one NamedTuple state. Its update
+rule is written for one array (`rule(g, m, ...)`) and lifted to trees with `jax.tree.map`.
+Hyper-parameters a run may change (learning rate, weight decay, momentum, betas) are float32
+scalars in the state (see base.get_hyperparams) and are cast to each leaf's dtype where they
+meet it, so bfloat16 parameters keep bfloat16 states; constants (eps, step counts) are closed over.
+Tests run with strict dtype promotion, so every mixed-dtype operation is an explicit cast.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from frost.optim.base import (EmptyState, GradientTransformation, MaskedNode, find_states, hyperparam, map_states,
+                              masked)
+
+Updates = Any  # a tree shaped like the params
+
+
+def _cast(h, x):
+    return h.astype(x.dtype)
+
+
+def _zeros(tree):
+    return jax.tree.map(jnp.zeros_like, tree)
+
+
+def _lift(rule, *trees, n: int = 2):
+    """Apply a per-array `rule` returning n arrays to matching leaves; return n trees."""
+    out = jax.tree.map(rule, *trees)
+    return tuple(jax.tree.map(lambda _, o: o[i], trees[0], out) for i in range(n))
+
+
+def _stateless(fn) -> GradientTransformation:
+    return GradientTransformation(lambda params: EmptyState(), lambda updates, state, params=None: (fn(updates), state))
+
+
+def _need_params(name, params):
+    if params is None:
+        raise ValueError(f"{name} needs the parameters: call opt.update(grads, state, params)")
+
+
+def all_finite(tree) -> jax.Array:
+    """A boolean scalar: True when no leaf of `tree` holds a NaN or an Inf."""
+    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)] or [jnp.array(True)]))
+
+
+def global_norm(tree) -> jax.Array:
+    """sqrt(sum of squares of every element of every leaf), accumulated in float32 (or wider)."""
+    wide = lambda x: x if x.dtype.itemsize >= 4 else x.astype(jnp.float32)  # noqa: E731
+    return jnp.sqrt(sum(jnp.sum(jnp.square(wide(x))) for x in jax.tree.leaves(tree)))
+
+
+# --- scaling and clipping -------------------------------------------------------------------
+
+def scale(factor: float) -> GradientTransformation:
+    """u -> factor * u."""
+    return _stateless(lambda u: jax.tree.map(lambda x: factor * x, u))
+
+
+class LearningRateState(NamedTuple):
+    learning_rate: jax.Array
+
+
+class ScheduleState(NamedTuple):
+    count: jax.Array
+    learning_rate: jax.Array  # the latest step's value (before any step: the first's); read-only
+    scheduled = ("learning_rate",)  # class attribute: set_hyperparams refuses to set these
+
+
+def _descend(u, lr):
+    return jax.tree.map(lambda x: -_cast(lr, x) * x, u)
+
+
+def scale_by_learning_rate(learning_rate) -> GradientTransformation:
+    """u -> -learning_rate * u (descent). A float is stored in the state, where set_hyperparams
+    can change it; a schedule (step -> value, see schedules.py) is evaluated at the step count."""
+    if callable(learning_rate):
+        def update(u, state, params=None):
+            lr = hyperparam(learning_rate(state.count))
+            return _descend(u, lr), ScheduleState(state.count + 1, lr)
+        return GradientTransformation(
+            lambda params: ScheduleState(jnp.zeros([], jnp.int32), hyperparam(learning_rate(0))), update)
+    return GradientTransformation(lambda params: LearningRateState(hyperparam(learning_rate)),
+                                  lambda u, state, params=None: (_descend(u, state.learning_rate), state))
+
+
+def clip(max_delta: float) -> GradientTransformation:
+    """Clip every element to [-max_delta, max_delta]."""
+    return _stateless(lambda u: jax.tree.map(lambda x: jnp.clip(x, -max_delta, max_delta), u))
+
+
+def clip_by_global_norm(max_norm: float) -> GradientTransformation:
+    """Rescale u to norm max_norm when its global norm is larger (Pascanu et al. 2013)."""
+    def fn(u):
+        norm = global_norm(u)
+        return jax.tree.map(lambda x: jnp.where(norm < max_norm, x, x / _cast(norm, x) * max_norm), u)
+    return _stateless(fn)
+
+
+class WeightDecayState(NamedTuple):
+    weight_decay: jax.Array
+
+
+def add_decayed_weights(weight_decay: float = 0.0, mask=None) -> GradientTransformation:
+    """u -> u + weight_decay * params, where `mask` (see base.masked) is True (everywhere if None).
+
+    Before an adaptive scaling this is L2 regularisation (torch.optim.Adam's weight_decay); after
+    it and before the learning rate it is decoupled weight decay (Loshchilov & Hutter 2019)."""
+    def update(u, state, params=None):
+        _need_params("add_decayed_weights", params)
+        return jax.tree.map(lambda g, p: g + _cast(state.weight_decay, g) * p.astype(g.dtype), u, params), state
+    tx = GradientTransformation(lambda params: WeightDecayState(hyperparam(weight_decay)), update)
+    return tx if mask is None else masked(tx, mask)
+
+
+# --- momentum and adaptive scalings ---------------------------------------------------------
+
+class TraceState(NamedTuple):
+    trace: Updates
+    momentum: jax.Array
+
+
+def trace(momentum: float = 0.9, nesterov: bool = False) -> GradientTransformation:
+    """Momentum as torch.optim.SGD: t <- g + momentum * t; output t, or with Nesterov momentum
+    (Sutskever et al. 2013) g + momentum * t."""
+    def update(u, state, params=None):
+        def rule(g, t):
+            mom = _cast(state.momentum, g)
+            t = g + mom * t
+            return (g + mom * t if nesterov else t), t
+        out, new_trace = _lift(rule, u, state.trace)
+        return out, state._replace(trace=new_trace)
+    return GradientTransformation(lambda params: TraceState(_zeros(params), hyperparam(momentum)), update)
+
+
+class AdamState(NamedTuple):
+    count: jax.Array
+    mu: Updates
+    nu: Updates
+    b1: jax.Array
+    b2: jax.Array
+
+
+def scale_by_adam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, eps_root: float = 0.0) -> GradientTransformation:
+    """Adam (Kingma & Ba 2015): m <- b1 m + (1-b1) g;  v <- b2 v + (1-b2) g²;
+    u = m̂ / (sqrt(v̂ + eps_root) + eps) with m̂ = m / (1 - b1^t), v̂ = v / (1 - b2^t)."""
+    def init(params):
+        return AdamState(jnp.zeros([], jnp.int32), _zeros(params), _zeros(params), hyperparam(b1), hyperparam(b2))
+
+    def update(u, state, params=None):
+        t = state.count + 1
+        c1, c2 = 1 - jax.lax.pow(state.b1, t), 1 - jax.lax.pow(state.b2, t)  # bias corrections, in float32
+
+        def rule(g, m, v):
+            beta1, beta2 = _cast(state.b1, g), _cast(state.b2, g)
+            m = (1 - beta1) * g + beta1 * m
+            v = (1 - beta2) * g * g + beta2 * v
+            return (m / _cast(c1, m)) / (jnp.sqrt(v / _cast(c2, v) + eps_root) + eps), m, v
+        out, mu, nu = _lift(rule, u, state.mu, state.nu, n=3)
+        return out, state._replace(count=t, mu=mu, nu=nu)
+    return GradientTransformation(init, update)
+
+
+class LionState(NamedTuple):
+    mu: Updates
+    b1: jax.Array
+    b2: jax.Array
+
+
+def scale_by_lion(b1: float = 0.9, b2: float = 0.99) -> GradientTransformation:
+    """Lion (Chen et al. 2023): u = sign((1-b1) g + b1 m);  m <- (1-b2) g + b2 m."""
+    def update(u, state, params=None):
+        def rule(g, m):
+            beta1, beta2 = _cast(state.b1, g), _cast(state.b2, g)
+            return jnp.sign((1 - beta1) * g + beta1 * m), (1 - beta2) * g + beta2 * m
+        out, mu = _lift(rule, u, state.mu)
+        return out, state._replace(mu=mu)
+    return GradientTransformation(lambda params: LionState(_zeros(params), hyperparam(b1), hyperparam(b2)), update)
+
+
+# --- Sophia ---------------------------------------------------------------------------------
+
+class SophiaState(NamedTuple):
+    count: jax.Array     # optimizer steps taken
+    mu: Updates          # EMA of the gradients
+    h: Updates           # EMA of the Hessian-diagonal estimates, refreshed by update_hessian
+    h_step: jax.Array    # the count at which h was last refreshed (-1: never)
+    interval: jax.Array  # k: refresh h on steps 0, k, 2k, ...
+    b1: jax.Array
+    b2: jax.Array
+
+
+def scale_by_sophia(b1: float = 0.965, b2: float = 0.99, gamma: float = 0.01, eps: float = 1e-12,
+                    interval: int = 10) -> GradientTransformation:
+    """Sophia (Liu et al. 2023, Algorithm 3): m <- b1 m + (1-b1) g;  u = clip(m / max(gamma h, eps), -1, 1).
+
+    The Hessian EMA h is not computed here: the training step calls `update_hessian` just before
+    `opt.update`; it evaluates an estimator (`hutchinson` or `gauss_newton_bartlett`) only on
+    every k-th step (`interval`) and folds it in as h <- b2 h + (1-b2) ĥ. A step that never calls
+    it keeps h = 0, and the update degrades to clip(m / eps) = sign(m), sign descent.
+    """
+    def init(params):
+        return SophiaState(jnp.zeros([], jnp.int32), _zeros(params), _zeros(params), jnp.array(-1, jnp.int32),
+                           jnp.array(interval, jnp.int32), hyperparam(b1), hyperparam(b2))
+
+    def update(u, state, params=None):
+        def rule(g, m, h):
+            beta1 = _cast(state.b1, g)
+            m = (1 - beta1) * g + beta1 * m
+            return jnp.clip(m / jnp.maximum(gamma * h, eps), -1, 1), m
+        out, mu = _lift(rule, u, state.mu, state.h)
+        return out, state._replace(count=state.count + 1, mu=mu)
+    return GradientTransformation(init, update)
+
+
+def update_hessian(state, estimate: Callable[[], Any]):
+    """Refresh the Hessian EMA of every Sophia state in `state` on its refresh steps.
+
+    `estimate` takes no arguments and returns a params-shaped tree, for example
+    `lambda: gauss_newton_bartlett(logits_fn, params, key=key)`. It runs under `lax.cond`, so it
+    costs its extra forward and backward pass only when the step count is a multiple of the
+    interval, once per step (with gradient accumulation, on the first micro-step). A non-finite
+    estimate is dropped and h is kept.
+    """
+    found = []
+
+    def refresh(s, prefix):
+        if not isinstance(s, SophiaState):
+            return s
+        found.append(s)
+
+        def fold():
+            est = estimate()
+            ok, b2 = all_finite(est), s.b2
+            new = lambda h, e: h if isinstance(h, MaskedNode) else jnp.where(  # noqa: E731
+                ok, (1 - _cast(b2, h)) * e.astype(h.dtype) + _cast(b2, h) * h, h)
+            return jax.tree.map(new, s.h, est, is_leaf=lambda x: isinstance(x, MaskedNode))
+        due = (s.count % s.interval == 0) & (s.h_step != s.count)
+        h = jax.lax.cond(due, fold, lambda: s.h)
+        return s._replace(h=h, h_step=jnp.where(due, s.count, s.h_step))
+    state = map_states(refresh, state)
+    if not found:
+        raise ValueError("update_hessian found no Sophia state (scale_by_sophia) in this optimizer state")
+    return state
+
+
+def hutchinson(loss_fn: Callable, params, *, key) -> Updates:
+    """Hutchinson's estimator of diag(∇²L) (Sophia-H): ĥ = u ⊙ (∇²L(θ) u), u ~ N(0, I).
+
+    Unbiased, E[u_i (Hu)_i] = H_ii, at the cost of one Hessian-vector product (forward-over-reverse).
+    `loss_fn(params)` returns the scalar loss on the current batch."""
+    leaves, treedef = jax.tree.flatten(params)
+    keys = jax.random.split(key, len(leaves))
+    u = treedef.unflatten([jax.random.normal(k, p.shape, p.dtype) for k, p in zip(keys, leaves)])
+    _, hu = jax.jvp(jax.grad(loss_fn), (params,), (u,))
+    return jax.tree.map(jnp.multiply, u, hu)
+
+
+def gauss_newton_bartlett(logits_fn: Callable, params, *, key) -> Updates:
+    """The Gauss-Newton-Bartlett estimator (Sophia-G) for a softmax cross-entropy model.
+
+    Sample labels from the model itself, ŷ_b ~ softmax(f(θ, x_b)); with L̂ the mean cross-entropy
+    against them over the B predictions, ĥ = B · ∇L̂ ⊙ ∇L̂, whose expectation is the diagonal of
+    the Gauss-Newton matrix. `logits_fn(params)` returns logits (..., V); every position counts
+    as a prediction (B = tokens in a language model). One forward and one backward pass."""
+    logits, vjp = jax.vjp(logits_fn, params)                                     # (..., V)
+    flat = logits.reshape(-1, logits.shape[-1])                                  # (B, V)
+    batch = flat.shape[0]
+    y = jax.random.categorical(key, flat)                                        # (B,)
+    dlogits = (jax.nn.softmax(flat) - jax.nn.one_hot(y, flat.shape[-1], dtype=flat.dtype)) / batch  # dL̂/dlogits
+    (grads,) = vjp(dlogits.reshape(logits.shape))
+    return jax.tree.map(lambda g: batch * g * g, grads)
+
+
+# --- Muon -----------------------------------------------------------------------------------
+
+class MuonState(NamedTuple):
+    mu: Updates
+    momentum: jax.Array
+
+
+def newton_schulz(x, steps: int = 5, eps: float = 1e-7):
+    """Orthogonalise a matrix: G = U S V^T -> about U V^T, with Jordan's quintic Newton-Schulz
+    iteration X <- aX + (bA + cA²)X, A = XX^T. Its coefficients buy speed over accuracy: the
+    singular values land in about [0.7, 1.2] rather than at 1, which trains as well."""
+    a, b, c = 3.4445, -4.7750, 2.0315
+    tall = x.shape[0] > x.shape[1]
+    x = x.T if tall else x                   # (m, n), m <= n: the Gram matrix A is the smaller one
+    x = x / (jnp.linalg.norm(x) + eps)       # Frobenius norm >= spectral norm: singular values <= 1
+    for _ in range(steps):
+        gram = x @ x.T                       # (m, m)
+        x = a * x + (b * gram + c * gram @ gram) @ x
+    return x.T if tall else x
+
+
+def scale_by_muon(momentum: float = 0.95, nesterov: bool = True, ns_steps: int = 5) -> GradientTransformation:
+    """Muon (Jordan et al. 2024) for 2-D weights W (in, out):
+    m <- momentum m + (1-momentum) g;  v = momentum m + (1-momentum) g if nesterov else m;
+    u = newton_schulz(v) * sqrt(max(1, out / in))."""
+    def update(u, state, params=None):
+        def rule(g, m):
+            if g.ndim != 2:
+                raise ValueError(f"scale_by_muon orthogonalises matrices, got a leaf of shape {g.shape}; use "
+                                 "muon(), which sends the other leaves to AdamW, or partition()/masked()")
+            mom = _cast(state.momentum, g)
+            m = mom * m + (1 - mom) * g
+            v = mom * m + (1 - mom) * g if nesterov else m
+            return newton_schulz(v, ns_steps) * max(1.0, g.shape[1] / g.shape[0]) ** 0.5, m
+        out, mu = _lift(rule, u, state.mu)
+        return out, state._replace(mu=mu)
+    return GradientTransformation(lambda params: MuonState(_zeros(params), hyperparam(momentum)), update)
+
+
+# --- wrappers: parameter EMA, gradient accumulation, the non-finite guard -------------------
+
+class EmaState(NamedTuple):
+    ema: Updates         # float32 (or wider) copy of the parameters' moving average
+    decay: jax.Array
+
+
+def ema_params(decay: float = 0.999) -> GradientTransformation:
+    """Keep an exponential moving average of the parameters after each step (Polyak averaging):
+    ema <- decay ema + (1-decay) (params + u). Put it last in a chain; u passes through. Read it
+    with `find_states(state, EmaState)[0].ema`; it is kept in float32 for low-precision params."""
+    def init(params):
+        return EmaState(jax.tree.map(lambda p: p.astype(jnp.float32) if p.dtype.itemsize < 4 else p, params),
+                        hyperparam(decay))
+
+    def update(u, state, params=None):
+        _need_params("ema_params", params)
+
+        def rule(e, p, x):
+            d = _cast(state.decay, e)
+            return d * e + (1 - d) * (p.astype(e.dtype) + x.astype(e.dtype))
+        return u, state._replace(ema=jax.tree.map(rule, state.ema, params, u))
+    return GradientTransformation(init, update)
+
+
+class AccumulateState(NamedTuple):
+    inner: Any
+    acc: Updates          # the mean of this window's gradients so far
+    micro_step: jax.Array  # 0 .. k-1
+
+
+def accumulate(inner, k: int) -> GradientTransformation:
+    """Gradient accumulation (as optax.MultiSteps): average the gradients of k micro-steps; on the
+    k-th, apply `inner` to the mean and return its updates; before that return zeros (so the
+    params stay put) and leave inner's state untouched."""
+    def init(params):
+        return AccumulateState(inner.init(params), _zeros(params), jnp.zeros([], jnp.int32))
+
+    def update(u, state, params=None):
+        n = state.micro_step
+        acc = jax.tree.map(lambda a, g: a + (g - a) / (n + 1).astype(g.dtype), state.acc, u)  # running mean
+        emit = n == k - 1
+        out, inner_state = jax.lax.cond(emit, lambda: inner.update(acc, state.inner, params),
+                                        lambda: (_zeros(acc), state.inner))
+        acc = jax.tree.map(lambda a: jnp.where(emit, jnp.zeros_like(a), a), acc)
+        return out, AccumulateState(inner_state, acc, (n + 1) % k)
+    return GradientTransformation(init, update)
+
+
+class GuardState(NamedTuple):
+    inner: Any
+    skipped: jax.Array      # steps skipped so far
+    consecutive: jax.Array  # steps skipped since the last good one
+
+
+def skip_nonfinite(inner) -> GradientTransformation:
+    """Skip every step whose gradients hold a NaN or an Inf: return zero updates, leave inner's
+    state exactly as it was, and count the skip (see `check_finite`). Put it outermost, around
+    `accumulate(...)`, so a bad micro-batch is dropped without spoiling the window."""
+    def init(params):
+        return GuardState(inner.init(params), jnp.zeros([], jnp.int32), jnp.zeros([], jnp.int32))
+
+    def update(u, state, params=None):
+        ok = all_finite(u)
+        out, inner_state = inner.update(u, state.inner, params)
+        inner_state = jax.tree.map(lambda new, old: jnp.where(ok, new, old), inner_state, state.inner)
+        out = jax.tree.map(lambda x: jnp.where(ok, x, jnp.zeros_like(x)), out)
+        bad = (~ok).astype(jnp.int32)
+        return out, GuardState(inner_state, state.skipped + bad, (state.consecutive + 1) * bad)
+    return GradientTransformation(init, update)
+
+
+def check_finite(state, max_consecutive: int = 10) -> int:
+    """For the training loop, outside jit: raise once the guard has skipped `max_consecutive`
+    steps in a row; otherwise return the number of steps skipped so far."""
+    found = find_states(state, GuardState)
+    if len(found) != 1:
+        raise ValueError(f"check_finite expects one skip_nonfinite(...) in the optimizer, found {len(found)}")
+    consecutive, skipped = int(found[0].consecutive), int(found[0].skipped)
+    if consecutive >= max_consecutive:
+        raise FloatingPointError(
+            f"the last {consecutive} steps had NaN or Inf gradients and were skipped ({skipped} skipped in "
+            "all): training has diverged. Lower the learning rate, add clip_by_global_norm, or look for "
+            "NaNs in the data and the loss.")
+    return skipped
