@@ -1,0 +1,371 @@
+"""Byte-level BPE: train a tokenizer, encode text to ids and decode ids to text.
+
+    tok = train(kjv_text(), vocab_size=4096, special_tokens=["<|endoftext|>"])
+    ids = tok.encode("In the beginning")       # [1066, 262, 3011] (say)
+    tok.decode(ids)                             # 'In the beginning'
+
+Every byte is a base token (ids 0-255), so any string encodes. Text is first split into chunks by a
+pre-tokenisation regex (default: the GPT-4 pattern); merges never cross a chunk boundary. Merged
+tokens get ids 256, 257, ... in the order they were learned; special tokens come last.
+
+Training counts the distinct chunks once (memory grows with the number of distinct chunks, not the
+corpus size), then runs the numba merge loop in `merge.py`, whose docstring gives the tie rule.
+Work on large inputs (counting, `encode_batch`) is spread over worker processes in ~1 MB batches.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import gc
+import os
+import re
+import sys
+import threading
+from collections import Counter
+from concurrent.futures import ProcessPoolExecutor
+from itertools import chain, islice
+from multiprocessing import get_context
+from typing import Iterable, Iterator
+
+import numpy as np
+import regex
+
+GPT4_PATTERN = (r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,3}|"""
+                r""" ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+""")
+BATCH_CHARS = 1 << 20  # text per worker task
+_WS = r"\t\n\v\f\r "  # what the regex module's \s matches among ASCII characters
+# GPT4_PATTERN restricted to ASCII text, for the stdlib `re` engine (about twice as fast on it)
+_GPT4_ASCII = re.compile(rf"""'(?i:[sdmt]|ll|ve|re)|[^\r\nA-Za-z0-9]?+[A-Za-z]+|[0-9]{{1,3}}| ?[^{_WS}A-Za-z0-9]++[\r\n]*|"""
+                         rf"""[{_WS}]*[\r\n]|[{_WS}]+(?![^{_WS}])|[{_WS}]+""")
+
+
+@functools.lru_cache(maxsize=8)
+def _compile(pattern: str):
+    return regex.compile(pattern)
+
+
+def split_chunks(pattern: str, text: str) -> list[str]:
+    """Pre-tokenise: the regex matches, plus any text between them as chunks of its own (as HF's
+    "isolated" Split does), so no character is ever dropped.
+
+    split_chunks(GPT4_PATTERN, "Hello world!!") -> ['Hello', ' world', '!!']
+    """
+    pat = _GPT4_ASCII if pattern == GPT4_PATTERN and text.isascii() else _compile(pattern)
+    chunks = pat.findall(text)
+    if sum(map(len, chunks)) == len(text):  # the usual case: the matches cover the text
+        return chunks
+    out, pos = [], 0
+    for m in pat.finditer(text):
+        out += [text[pos:m.start()], m.group()]
+        pos = m.end()
+    return [c for c in out + [text[pos:]] if c]
+
+
+def _safe_cut(text: str) -> int:
+    """Index just after the last newline followed by a non-space character (0 if none).
+
+    No chunk of the GPT-4 or GPT-2 pattern spans such a point, so a long text cut there encodes
+    exactly as the whole. (str.isspace is a superset of regex's \\s, so the test is conservative.)"""
+    i = len(text) - 1
+    while (i := text.rfind("\n", 0, i)) >= 0:
+        if not text[i + 1].isspace():
+            return i + 1
+    return 0
+
+
+def _pieces(texts: Iterable[str] | str, size: int = BATCH_CHARS) -> Iterator[str]:
+    """Each text, long ones cut at safe points into pieces of about `size` characters."""
+    for text in [texts] if isinstance(texts, str) else texts:
+        while len(text) > size:
+            cut = _safe_cut(text[:size]) or _safe_cut(text) or len(text)
+            yield text[:cut]
+            text = text[cut:]
+        yield text
+
+
+def _batches(texts: Iterable[str], size: int = BATCH_CHARS) -> Iterator[list[str]]:
+    """Group texts into lists of about `size` characters in all."""
+    batch, n = [], 0
+    for text in texts:
+        batch.append(text)
+        n += len(text)
+        if n >= size:
+            yield batch
+            batch, n = [], 0
+    if batch:
+        yield batch
+
+
+def stream_files(paths: Iterable[str | os.PathLike], size: int = BATCH_CHARS) -> Iterator[str]:
+    """Read UTF-8 files lazily, one file at a time, in pieces of about `size` characters cut at safe
+    points, so `train(stream_files(paths), ...)` handles corpora larger than memory."""
+    for path in paths:
+        with open(path, encoding="utf-8", newline="") as f:
+            rest = ""
+            try:
+                while block := f.read(size):
+                    text = rest + block
+                    cut = _safe_cut(text)
+                    rest = text[cut:]
+                    if cut:
+                        yield text[:cut]
+            except UnicodeDecodeError as e:
+                raise ValueError(f"{path}: not UTF-8 text ({e})") from None
+            if rest:
+                yield rest
+
+
+def parallel_map(fn, items: Iterable, workers: int | None = None, init=None, initargs=(), local=None):
+    """`map(fn, items)` in order, in `workers` processes (default: all cores) with at most two tasks
+    per worker in flight, so a lazy input is read only as fast as it is used. `init(*initargs)`
+    starts each worker. A single item, or workers=1, runs here as `map(local or fn, items)`."""
+    items = iter(items)
+    head = list(islice(items, 2))
+    workers = min(workers or os.cpu_count() or 1, 64)
+    if len(head) < 2 or workers == 1:
+        yield from map(local or fn, chain(head, items))
+        return
+    with ProcessPoolExecutor(workers, _mp_context(), initializer=init, initargs=initargs) as ex:
+        pending = [ex.submit(fn, x) for x in head]
+        for x in items:
+            if len(pending) >= 2 * workers:
+                yield pending.pop(0).result()
+            pending.append(ex.submit(fn, x))
+        for fut in pending:
+            yield fut.result()
+
+
+def _mp_context():
+    """fork (fast, and no `if __name__ == "__main__"` needed) while this process runs one thread and
+    has not loaded JAX, whose threads make fork unsafe; else forkserver (which re-imports __main__,
+    so scripts need the guard)."""
+    if os.name == "posix" and threading.active_count() == 1 and "jax" not in sys.modules:
+        return get_context("fork")
+    return get_context("forkserver" if os.name == "posix" else "spawn")
+
+
+def _count_batch(args: tuple[str, list[str]]) -> Counter:
+    pattern, texts = args
+    counts = Counter()
+    for text in texts:
+        counts.update(split_chunks(pattern, text))
+    return counts
+
+
+def count_chunks(texts: Iterable[str] | str, pattern: str = GPT4_PATTERN, workers: int | None = None,
+                 progress=None) -> Counter:
+    """How often each pre-token chunk occurs: Counter({' the': 63924, ...}). `progress`: a tqdm bar
+    advanced by characters read."""
+    total = Counter()
+    for counts in parallel_map(_count_batch, ((pattern, b) for b in _batches(_pieces(texts))), workers):
+        total.update(counts)
+        if progress is not None:
+            progress.update(sum(len(c) * n for c, n in counts.items()))
+    return total
+
+
+def train(texts: Iterable[str] | str, vocab_size: int, *, pattern: str = GPT4_PATTERN,
+          special_tokens: Iterable[str] = (), workers: int | None = None, progress: bool = False) -> Tokenizer:
+    """Train a byte-level BPE tokenizer with `vocab_size` tokens in all (256 bytes, the merges, then
+    the special tokens). `texts`: a string or an iterable of strings (documents), read lazily;
+    see `stream_files` for files."""
+    bar = _bar(progress, "counting", "char")
+    counts = count_chunks(texts, pattern, workers, bar)
+    if bar is not None:
+        bar.close()
+    return train_counts(counts, vocab_size, pattern=pattern, special_tokens=special_tokens, progress=progress)
+
+
+def train_counts(counts: dict[str, int], vocab_size: int, *, pattern: str = GPT4_PATTERN,
+                 special_tokens: Iterable[str] = (), progress: bool = False) -> Tokenizer:
+    """Train from chunk counts ({chunk: occurrences}, as `count_chunks` returns); counts are int64."""
+    from .merge import merge_loop  # numba loads only when training
+
+    special_tokens = list(dict.fromkeys(special_tokens))
+    n_tokens = vocab_size - len(special_tokens)
+    if n_tokens < 256:
+        raise ValueError(f"vocab_size={vocab_size} leaves no room for the 256 byte tokens and "
+                         f"{len(special_tokens)} special tokens; use at least {256 + len(special_tokens)}")
+    words = [w.encode("utf-8") for w in counts]
+    keep = [i for i, w in enumerate(words) if len(w) > 1]  # a single byte has no pairs
+    sym = np.frombuffer(b"".join(words[i] for i in keep), np.uint8).astype(np.int32)
+    starts = np.zeros(len(keep) + 1, np.int64)
+    np.cumsum([len(words[i]) for i in keep], out=starts[1:])
+    wcount = np.fromiter(counts.values(), np.int64, len(words))[keep]
+    if np.any(wcount < 0):
+        raise ValueError("chunk counts must be non-negative")
+    done = np.zeros(1, np.int64)
+    bar = _bar(progress, "merging", "tok", total=n_tokens - 256)
+    if bar is None:
+        merges = merge_loop(sym, starts, wcount, n_tokens, done)
+    else:  # the loop releases the GIL; this thread moves the bar
+        result = []
+        worker = threading.Thread(target=lambda: result.append(merge_loop(sym, starts, wcount, n_tokens, done)))
+        worker.start()
+        while worker.is_alive():
+            worker.join(0.1)
+            bar.update(max(0, int(done[0]) - 256 - bar.n))
+        bar.close()
+        merges = result[0]
+    n_made = int(merges[:, 2].max(initial=255)) + 1
+    special = {s: n_made + i for i, s in enumerate(special_tokens)}
+    return Tokenizer([tuple(m) for m in merges.tolist()], special, pattern)
+
+
+def _bar(on: bool, desc: str, unit: str, total=None):
+    if not on:
+        return None
+    from tqdm import tqdm
+    return tqdm(total=total, desc=desc, unit=unit, unit_scale=True)
+
+
+class _Cache(dict):
+    """chunk -> token ids; a miss runs BPE and is kept while the cache holds < `limit` chunks, so the
+    frequent ones (which come early, by Zipf's law) stay and memory stays bounded."""
+
+    def __init__(self, bpe, limit: int):
+        super().__init__()
+        self.bpe, self.limit = bpe, limit
+
+    def __missing__(self, chunk: str) -> tuple[int, ...]:
+        ids = self.bpe(chunk)
+        if len(self) < self.limit:
+            self[chunk] = ids
+        return ids
+
+
+class Tokenizer:
+    """A trained byte-level BPE tokenizer. `merges`: (left, right, new id) in the order learned;
+    `special`: {text: id}; `pattern`: the pre-tokenisation regex. Build one with `train` or `load`."""
+
+    def __init__(self, merges: list[tuple[int, int, int]], special: dict[str, int] | None = None,
+                 pattern: str = GPT4_PATTERN, cache_size: int = 1 << 18):
+        self.merges, self.special, self.pattern = [tuple(m) for m in merges], dict(special or {}), pattern
+        self.vocab = [bytes([i]) for i in range(256)]  # id -> bytes
+        for a, b, c in self.merges:
+            n = len(self.vocab)
+            if not (0 <= a < n and 0 <= b < n and 0 <= c <= n):
+                raise ValueError(f"merge {(a, b, c)} refers to an id that does not exist yet (have {n})")
+            if c == n:
+                self.vocab.append(self.vocab[a] + self.vocab[b])
+            elif self.vocab[c] != self.vocab[a] + self.vocab[b]:
+                raise ValueError(f"merge {(a, b, c)}: token {c} is {self.vocab[c]!r}, not "
+                                 f"{self.vocab[a] + self.vocab[b]!r}")
+        n = len(self.vocab)
+        if sorted(self.special.values()) != list(range(n, n + len(self.special))):
+            raise ValueError(f"special token ids must be {n}..{n + len(self.special) - 1}, got {self.special}")
+        self._ranks = {(a, b): r for r, (a, b, _) in enumerate(self.merges)}
+        self._pat = _compile(pattern)
+        self._special_re = (regex.compile("(" + "|".join(map(regex.escape, sorted(self.special, key=len, reverse=True))) + ")")
+                            if self.special else None)
+        self._cache = _Cache(self._bpe, cache_size)
+        self._decode = self.vocab + [s.encode("utf-8") for s in sorted(self.special, key=self.special.get)]
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self._decode)
+
+    def __repr__(self):
+        return f"Tokenizer(vocab_size={self.vocab_size}, merges={len(self.merges)}, special={list(self.special)})"
+
+    def _bpe(self, chunk: str) -> tuple[int, ...]:
+        """BPE of one chunk: merge the adjacent pair learned first (lowest rank), leftmost first,
+        until no learned pair is left.
+        ' the' -> [32, 116, 104, 101] -> [32, 256, 101] (t,h) -> [32, 257] (th,e) -> [258] ( ,the)"""
+        ids = list(chunk.encode("utf-8"))
+        get, inf = self._ranks.get, len(self.merges)
+        ranks = [get(p, inf) for p in zip(ids, ids[1:])]  # ranks[i]: rank of pair (ids[i], ids[i + 1])
+        while ranks and (r := min(ranks)) < inf:
+            i = ranks.index(r)
+            ids[i:i + 2] = [self.merges[r][2]]
+            del ranks[i]
+            if i > 0:
+                ranks[i - 1] = get((ids[i - 1], ids[i]), inf)
+            if i < len(ranks):
+                ranks[i] = get((ids[i], ids[i + 1]), inf)
+        return tuple(ids)
+
+    def encode_ordinary(self, text: str) -> list[int]:
+        """Encode text, treating special-token strings as plain text."""
+        return list(chain.from_iterable(map(self._cache.__getitem__, split_chunks(self.pattern, text))))
+
+    def encode(self, text: str, *, special: str = "refuse") -> list[int]:
+        """Text -> ids. `special` says what a special-token string in the text means:
+        "refuse" (default) raises ValueError, "allow" encodes it as its special id, "text" as text."""
+        if self._special_re is None or special == "text":
+            return self.encode_ordinary(text)
+        if special == "refuse":
+            if m := self._special_re.search(text):
+                raise ValueError(f"text contains the special token {m.group()!r} at {m.start()}; pass "
+                                 "special='allow' to encode it as a special token or 'text' as plain text")
+            return self.encode_ordinary(text)
+        if special != "allow":
+            raise ValueError(f"special must be 'refuse', 'allow' or 'text', not {special!r}")
+        parts = self._special_re.split(text)  # [text, special, text, special, ..., text]
+        ids = []
+        for i, part in enumerate(parts):
+            ids += [self.special[part]] if i % 2 else self.encode_ordinary(part)
+        return ids
+
+    def encode_iter(self, texts: Iterable[str], *, special: str = "refuse", workers: int | None = None):
+        """Lazily encode many texts, in order, in `workers` processes; yields one id list per text."""
+        jobs = ((special, batch) for batch in _batches(texts))
+        state = (self.merges, self.special, self.pattern)
+        here = lambda job: _flat([self.encode(t, special=job[0]) for t in job[1]])  # noqa: E731
+        for flat, lengths in parallel_map(_encode_batch, jobs, workers, _set_worker_tokenizer, (state,), here):
+            ids, pos = flat.tolist(), 0
+            for n in lengths.tolist():
+                yield ids[pos:pos + n]
+                pos += n
+
+    def encode_batch(self, texts: Iterable[str], *, special: str = "refuse", workers: int | None = None) -> list[list[int]]:
+        """[encode(t) for t in texts], spread over `workers` processes (default: all cores)."""
+        with _gc_paused():  # a million new ints in lists would otherwise set off many full GC passes
+            return list(self.encode_iter(texts, special=special, workers=workers))
+
+    def decode_bytes(self, ids: Iterable[int]) -> bytes:
+        return b"".join(map(self._decode.__getitem__, ids))
+
+    def decode(self, ids: Iterable[int], errors: str = "replace") -> str:
+        """Ids -> text. A token sequence that cuts a UTF-8 character is decoded with `errors`."""
+        return self.decode_bytes(ids).decode("utf-8", errors=errors)
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write our own versioned JSON (see frost.text.io)."""
+        from .io import save
+        save(self, path)
+
+    def save_hf(self, path: str | os.PathLike) -> None:
+        """Write a HF `tokenizers` tokenizer.json that encodes to the same ids."""
+        from .io import save_hf
+        save_hf(self, path)
+
+
+_worker_tokenizer: Tokenizer | None = None
+
+
+def _set_worker_tokenizer(state):
+    global _worker_tokenizer
+    _worker_tokenizer = Tokenizer(*state)
+
+
+def _encode_batch(args: tuple[str, list[str]]):
+    special, texts = args
+    return _flat([_worker_tokenizer.encode(t, special=special) for t in texts])
+
+
+def _flat(lists: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """Id lists as (all ids, lengths): arrays cross process boundaries ~10x faster than lists."""
+    lengths = np.fromiter(map(len, lists), np.int64, len(lists))
+    return np.fromiter(chain.from_iterable(lists), np.int64, int(lengths.sum())), lengths
+
+
+@contextlib.contextmanager
+def _gc_paused():
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()

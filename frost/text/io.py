@@ -1,0 +1,113 @@
+"""Tokenizer files: our own versioned JSON, and export to a HF `tokenizers` tokenizer.json.
+
+Our format (version 1), a JSON object:
+
+    {"format": "frost-bpe", "version": 1, "pattern": "<pre-tokenisation regex>",
+     "special_tokens": {"<|endoftext|>": 4095},
+     "merges": [[116, 104, 256], [256, 101, 257], ...]}      # (left id, right id, new id)
+
+HF export: a BPE model whose vocab and merges are written in GPT-2's byte-to-unicode alphabet, a
+Split pre-tokenizer with our regex followed by ByteLevel(use_regex=False) (so HF splits exactly as
+we do), a ByteLevel decoder, and the special tokens as added tokens. HF then produces our ids.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+
+import numpy as np
+import regex
+
+from .bpe import Tokenizer
+
+FORMAT, VERSION = "frost-bpe", 1
+
+
+def token_dtype(vocab_size: int):
+    """The dtype of a token file: uint16 when the vocabulary is below 65536, else uint32."""
+    return np.uint16 if vocab_size < 65536 else np.uint32
+
+
+def _write_atomic(path, text: str) -> None:
+    """Write to a temporary file beside `path`, then rename it into place."""
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".json")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def save(tok: Tokenizer, path) -> None:
+    data = {"format": FORMAT, "version": VERSION, "pattern": tok.pattern, "special_tokens": tok.special,
+            "merges": [list(m) for m in tok.merges]}
+    _write_atomic(path, json.dumps(data, ensure_ascii=False, separators=(",", ":")))
+
+
+def load(path) -> Tokenizer:
+    """Read a file written by `save`. A malformed or truncated file raises ValueError naming it."""
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno}); "
+                         "the file may be truncated — save the tokenizer again") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        hint = " (it looks like a HF tokenizer.json; load it with tokenizers.Tokenizer.from_file)" \
+            if isinstance(data, dict) and "model" in data else ""
+        raise ValueError(f"{path}: not a Frost tokenizer file: expected \"format\": \"{FORMAT}\"{hint}")
+    if data.get("version") != VERSION:
+        raise ValueError(f"{path}: format version {data.get('version')!r} is not supported (this Frost reads {VERSION})")
+    try:
+        merges, special, pattern = data["merges"], data["special_tokens"], data["pattern"]
+        if not (isinstance(merges, list) and all(isinstance(m, list) and len(m) == 3 and all(type(x) is int for x in m)
+                                                 for m in merges)):
+            raise ValueError("\"merges\" must be a list of [left, right, new id] integer triples")
+        if not (isinstance(special, dict) and all(type(v) is int for v in special.values())):
+            raise ValueError("\"special_tokens\" must map strings to integer ids")
+        if not isinstance(pattern, str):
+            raise ValueError("\"pattern\" must be a string")
+        return Tokenizer(merges, special, pattern)
+    except KeyError as e:
+        raise ValueError(f"{path}: missing field {e}") from None
+    except (ValueError, regex.error) as e:
+        raise ValueError(f"{path}: {e}") from None
+
+
+def _byte_chars() -> list[str]:
+    """GPT-2's byte -> printable character map: printable Latin-1 bytes map to themselves, the
+    other 68 bytes to U+0100 onwards (byte 32, space, becomes 'Ġ')."""
+    keep = [*range(33, 127), *range(161, 173), *range(174, 256)]
+    extra = iter(range(256, 512))
+    return [chr(b) if b in keep else chr(next(extra)) for b in range(256)]
+
+
+def to_hf_json(tok: Tokenizer) -> dict:
+    """The HF `tokenizers` tokenizer.json of `tok`, as a dict."""
+    chars = _byte_chars()
+    names = ["".join(chars[b] for b in token) for token in tok.vocab]
+    vocab = {name: i for i, name in enumerate(names)}
+    vocab.update(tok.special)
+    added = [{"id": i, "content": s, "single_word": False, "lstrip": False, "rstrip": False,
+              "normalized": False, "special": True} for s, i in tok.special.items()]
+    byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}
+    return {
+        "version": "1.0", "truncation": None, "padding": None, "added_tokens": added, "normalizer": None,
+        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": tok.pattern}, "behavior": "Isolated", "invert": False},
+            byte_level]},
+        "post_processor": None,
+        "decoder": byte_level,
+        "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                  "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+                  "vocab": vocab, "merges": [[names[a], names[b]] for a, b, _ in tok.merges]},
+    }
+
+
+def save_hf(tok: Tokenizer, path) -> None:
+    _write_atomic(path, json.dumps(to_hf_json(tok), ensure_ascii=False, indent=1))
