@@ -31,16 +31,26 @@ class CheckpointError(ValueError):
     pass
 
 
-def _entries(tree) -> dict:
-    flat = {}
-    for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
-        name = jax.tree_util.keystr(path, simple=True, separator=".")
-        if isinstance(leaf, jax.Array) and jnp.issubdtype(leaf.dtype, jax.dtypes.prng_key):
-            flat[name] = ("key:" + str(jax.random.key_impl(leaf)), np.asarray(jax.random.key_data(leaf)))
-        else:
-            array = np.asarray(leaf)
-            flat[name] = (array.dtype.name, array)
-    return flat
+def _is_key(leaf) -> bool:
+    return jnp.issubdtype(leaf.dtype, jax.dtypes.prng_key)
+
+
+def _names(tree) -> list:
+    """(entry name, leaf) pairs; the name is the leaf's PyTree path, e.g. 'model.blocks.0.conv1.weight'."""
+    return [(jax.tree_util.keystr(path, simple=True, separator="."), leaf)
+            for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]]
+
+
+def _spec(leaf) -> tuple[str, tuple]:
+    """(dtype name, shape) as stored: PRNG keys as their key data. Works on arrays and ShapeDtypeStructs."""
+    if _is_key(leaf):
+        return "key:" + str(jax.random.key_impl(leaf)), tuple(leaf.shape) + (2,)
+    return np.dtype(leaf.dtype).name, tuple(leaf.shape)
+
+
+def _stored(leaf) -> np.ndarray:
+    array = np.asarray(jax.random.key_data(leaf)) if _is_key(leaf) else np.asarray(leaf)
+    return array.view(np.uint16) if array.dtype == jnp.bfloat16 else array
 
 
 def _fsync(path: pathlib.Path):
@@ -58,12 +68,14 @@ def save(directory, step: int, tree, meta: dict | None = None, keep: int = 3) ->
     final, tmp = directory / f"step_{step:08d}", directory / f"step_{step:08d}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
-    entries = _entries(tree)
-    arrays = {k: (a.view(np.uint16) if dtype == "bfloat16" else a) for k, (dtype, a) in entries.items()}
-    save_file({k: np.array(a, order="C") for k, a in arrays.items()}, str(tmp / "arrays.safetensors"))
+    named = _names(tree)
+    save_file({k: np.array(_stored(leaf), order="C") for k, leaf in named}, str(tmp / "arrays.safetensors"))
     digest = hashlib.sha256((tmp / "arrays.safetensors").read_bytes()).hexdigest()
-    manifest = {"format": FORMAT, "step": step, "sha256": digest, "meta": meta or {},
-                "entries": {k: {"dtype": dtype, "shape": list(a.shape)} for k, (dtype, a) in entries.items()}}
+    entries = {}
+    for k, leaf in named:
+        dtype, shape = _spec(leaf)
+        entries[k] = {"dtype": dtype, "shape": list(shape)}
+    manifest = {"format": FORMAT, "step": step, "sha256": digest, "meta": meta or {}, "entries": entries}
     (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1))
     for f in ("arrays.safetensors", "manifest.json"):
         _fsync(tmp / f)
@@ -103,8 +115,10 @@ def read_manifest(path) -> dict:
     return manifest
 
 
-def load(path, template):
-    """Load checkpoint `path` into the structure of `template`; return `(tree, meta)`."""
+def load(path, template, strict: bool = True):
+    """Load checkpoint `path` into the structure of `template` (arrays or ShapeDtypeStructs);
+    return `(tree, meta)`. With `strict=False`, entries of the file not in `template` are ignored
+    (e.g. load only {"model": ...} from a full training checkpoint)."""
     path = pathlib.Path(path)
     manifest = read_manifest(path)
     file = path / "arrays.safetensors"
@@ -115,19 +129,20 @@ def load(path, template):
     if hashlib.sha256(blob).hexdigest() != manifest["sha256"]:
         raise CheckpointError(f"{file}: checksum mismatch, the file is corrupt or was changed after saving")
     arrays = load_file(str(file))
-    expected = _entries(template)
-    missing = sorted(set(expected) - set(manifest["entries"]))
-    extra = sorted(set(manifest["entries"]) - set(expected))
+    named = _names(template)
+    missing = sorted({k for k, _ in named} - set(manifest["entries"]))
+    extra = sorted(set(manifest["entries"]) - {k for k, _ in named}) if strict else []
     if missing or extra:
         raise CheckpointError(f"{file}: checkpoint and model differ: missing entries {missing[:5]}, "
                               f"unexpected entries {extra[:5]}")
     leaves = []
-    for name, (dtype, want) in expected.items():
+    for name, leaf in named:
+        dtype, shape = _spec(leaf)
         entry = manifest["entries"][name]
-        if entry["dtype"] != dtype or tuple(entry["shape"]) != want.shape:
+        if entry["dtype"] != dtype or tuple(entry["shape"]) != shape:
             raise CheckpointError(f"{file}: entry '{name}' is {entry['dtype']}{entry['shape']}, "
-                                  f"but the model expects {dtype}{list(want.shape)}")
-        array = arrays[name].reshape(want.shape)
+                                  f"but the model expects {dtype}{list(shape)}")
+        array = arrays[name].reshape(shape)  # safetensors stores 0-d arrays as 1-d
         if dtype == "bfloat16":
             array = array.view(jnp.bfloat16)
         leaves.append(jax.random.wrap_key_data(array, impl=dtype[4:]) if dtype.startswith("key:") else

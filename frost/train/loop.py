@@ -110,11 +110,13 @@ def save(run_dir, state: TrainState, keep: int = 3, **meta) -> pathlib.Path:
 
 
 def fit(state: TrainState, train_step, loader, *, epochs: int, run_dir, eval_fn=None, keep: int = 3,
-        log_every: int = 20, meta: dict | None = None, progress: bool = True, max_steps: int | None = None):
+        log_every: int = 20, meta: dict | None = None, progress: bool = True, max_steps: int | None = None,
+        unit: str = "images", count=lambda batch: len(jax.tree.leaves(batch)[0])):
     """Train until `loader.epoch == epochs` (or `max_steps`), checkpointing after every epoch.
 
     `loader` is positioned already (a `frost.data.Loader` built with `state=state.loader_state`).
-    `eval_fn(model) -> dict` runs after each epoch. Metrics go to `run_dir/metrics.jsonl`.
+    `eval_fn(model) -> dict` runs after each epoch. Metrics go to `run_dir/metrics.jsonl`, with the
+    throughput in `unit`s per second (`count(batch)` of them per batch: rows by default).
     """
     run_dir = pathlib.Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -140,12 +142,12 @@ def fit(state: TrainState, train_step, loader, *, epochs: int, run_dir, eval_fn=
                                          f"applied; last good checkpoint: {last or 'none yet'}")
                 state = dataclasses.replace(state, model=model, opt_state=opt_state, step=state.step + 1,
                                             loader_state=loader.state())
-                seen += len(jax.tree.leaves(batch)[0])
+                seen += count(batch)
                 bar.update(1)
                 if state.step % log_every == 0:
                     rate = seen / (time.perf_counter() - t0)
                     record = {"step": state.step, "epoch": epoch, "loss": float(metrics["loss"]),
-                              "images_per_s": rate, **{k: float(v) for k, v in metrics.items()
+                              f"{unit}_per_s": rate, **{k: float(v) for k, v in metrics.items()
                                                        if k not in ("loss", "finite")}}
                     write(record)
                     bar.set_postfix(loss=f"{record['loss']:.4f}", per_s=f"{rate:.0f}")
