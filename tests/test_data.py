@@ -311,15 +311,22 @@ def test_token_windows(tmp_path):
 
 
 def test_transforms_against_naive_code():
-    image = RNG.integers(0, 256, (6, 5, 1), dtype=np.uint8)
-    crop = data.RandomCrop((6, 5), padding=2)(image, np.random.default_rng(1))
-    padded = np.zeros((10, 9, 1), np.uint8)
-    padded[2:8, 2:7] = image
-    rng = np.random.default_rng(1)
-    top, left = rng.integers(0, 5), rng.integers(0, 5)
-    np.testing.assert_array_equal(crop, padded[top:top + 6, left:left + 5])
+    image = RNG.integers(0, 256, (6, 5, 2), dtype=np.uint8)
+    for size, padding in [((6, 5), 2), ((4, 3), 0), ((7, 7), 1)]:
+        padded = np.pad(image, ((padding, padding), (padding, padding), (0, 0)))
+        for seed in range(10):
+            crop = data.RandomCrop(size, padding)(image, np.random.default_rng(seed))
+            rng = np.random.default_rng(seed)
+            top, left = rng.integers(0, padded.shape[0] - size[0] + 1), rng.integers(0, padded.shape[1] - size[1] + 1)
+            np.testing.assert_array_equal(crop, padded[top:top + size[0], left:left + size[1]])
+    with pytest.raises(ValueError, match="smaller than the crop"):
+        data.RandomCrop(9, padding=1)(image, rng)
+    image = image[..., :1]
     np.testing.assert_array_equal(data.RandomFlip(p=1.0)(image, rng), image[:, ::-1])
     np.testing.assert_allclose(data.Normalize(0.5, 0.25)(image), (image / 255 - 0.5) / 0.25, rtol=1e-6, atol=1e-6)
+    rgb = RNG.integers(0, 256, (4, 5, 3), dtype=np.uint8)[:, ::-1]
+    mean, std = np.array([0.1, 0.5, 0.9]), np.array([0.2, 0.3, 0.4])
+    np.testing.assert_allclose(data.Normalize(mean, std)(rgb), (rgb / 255 - mean) / std, rtol=1e-5, atol=1e-5)
     assert data.Resize((3, 4))(image).shape == (3, 4, 1)
 
 

@@ -30,12 +30,19 @@ class RandomCrop:
         self.size, self.padding = _pair(size), int(padding)
 
     def __call__(self, image, rng):
-        p, (h, w) = self.padding, self.size
-        if p:
-            image = np.pad(image, ((p, p), (p, p), (0, 0)))
-        top = rng.integers(0, image.shape[0] - h + 1)
-        left = rng.integers(0, image.shape[1] - w + 1)
-        return image[top:top + h, left:left + w]
+        p, (h, w), (H, W) = self.padding, self.size, image.shape[:2]
+        if H + 2 * p < h or W + 2 * p < w:
+            raise ValueError(f"RandomCrop({h}, {w}, padding={p}): the padded image ({H + 2 * p}, {W + 2 * p}) "
+                             f"is smaller than the crop")
+        top, left = rng.integers(0, H + 2 * p - h + 1) - p, rng.integers(0, W + 2 * p - w + 1) - p
+        if p == 0:
+            return image[top:top + h, left:left + w]
+        # Same as np.pad then slicing, without building the padded image: copy the part of the
+        # window that overlaps the image into zeros. Window rows top..top+h-1 in image coordinates.
+        out = np.zeros((h, w, image.shape[2]), image.dtype)
+        r0, r1, c0, c1 = max(top, 0), min(top + h, H), max(left, 0), min(left + w, W)
+        out[r0 - top:r1 - top, c0 - left:c1 - left] = image[r0:r1, c0:c1]
+        return out
 
 
 class RandomFlip:
@@ -53,11 +60,20 @@ class Normalize:
 
     def __init__(self, mean, std):
         self.mean, self.std = np.asarray(mean, np.float32), np.asarray(std, np.float32)
+        self._rows = {}  # (scale, width, channels) -> per-channel constants tiled along one row
 
     def __call__(self, image, rng=None):
+        h, w, c = image.shape
         scale = 1 / 255 if np.issubdtype(image.dtype, np.integer) else 1.0
-        out = np.multiply(image, (scale / self.std).astype(np.float32), dtype=np.float32)
-        out -= self.mean / self.std
+        key = (scale, w, c)
+        if key not in self._rows:  # numpy is much faster on one long row than on (..., 3) pixels
+            mul, sub = np.broadcast_to(scale / self.std, (c,)), np.broadcast_to(self.mean / self.std, (c,))
+            self._rows[key] = (np.tile(mul, w).astype(np.float32), np.tile(sub, w).astype(np.float32))
+        mul, sub = self._rows[key]
+        out = image.astype(np.float32)
+        row = out.reshape(h, w * c)
+        row *= mul
+        row -= sub
         return out
 
 
