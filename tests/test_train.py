@@ -167,3 +167,13 @@ def test_frost_train_and_plot_on_fashion_mnist(tmp_path, capsys):
 def test_unknown_data_gives_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="not a known data set"):
         cli(["train", "resnet20", "--data", str(tmp_path / "nowhere"), "--out", str(tmp_path / "r")])
+
+
+def test_frost_train_gpt_and_sample_on_kjv(tmp_path, capsys):
+    out = tmp_path / "gpt"
+    cli(["train", "gpt", "--limit", "60000", "--max-steps", "3", "--batch-size", "8", "--out", str(out)])
+    text = capsys.readouterr().out
+    assert "validation loss" in text and "In the beginning" in text
+    assert (out / "tokenizer.json").exists() and (out / "train.bin").stat().st_size > 0
+    cli(["sample", str(out), "--prompt", "And God said", "--tokens", "5"])
+    assert capsys.readouterr().out.startswith("And God said")

@@ -46,6 +46,8 @@ class Config:
     out: str = "runs/resnet20"
     max_steps: int | None = None  # stop early (smoke tests); None trains all epochs
     limit: int | None = None  # use only the first `limit` train and test images (smoke tests)
+    mesh: str | None = None  # e.g. "data=8" or "data=4,model=2" (frost.parallel); None: one device
+    strategy: str = "dp"  # dp (replicated), fsdp, or tp (GPT tensor parallel over the model axis)
 
 
 def load_data(name: str, limit: int | None = None, image_size: int = 32):
@@ -99,20 +101,21 @@ def train(cfg: Config, resume: bool = False, progress: bool = True) -> dict:
     model = resnet.MODELS[cfg.model](classes, shape[-1], key=jax.random.fold_in(key, 0))
     make_loader = lambda state: data.Loader(train_source, cfg.batch_size, shuffle=True,  # noqa: E731
                                             seed=cfg.seed, drop_last=True, transform=augment,
-                                            workers=cfg.workers, state=state)
+                                            workers=cfg.workers, state=state, **loop.process_shard())
     steps = len(make_loader(None)) * cfg.epochs
     optimizer = make_optimizer(cfg, steps)
     state = loop.TrainState(model, optimizer.init(model), jax.random.fold_in(key, 1))
     if resume:
         state = loop.restore(run_dir, state)
+    state, shardings, place = loop.distribute(state, cfg.mesh, cfg.strategy, cfg.batch_size)
     eval_step = loop.make_eval_step(prepare)
 
     def eval_fn(model):
         if test_source is None:
             return {}
         with data.Loader(test_source, 1000, shuffle=False, transform=data.Compose(*pre) if pre else None,
-                         workers=min(cfg.workers, 1)) as batches:
-            return loop.evaluate(model, batches, eval_step)
+                         workers=min(cfg.workers, 1), **loop.process_shard()) as batches:
+            return loop.evaluate(model, map(place, batches), eval_step)
 
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.json").write_text(json.dumps(dataclasses.asdict(cfg), indent=1))
@@ -121,9 +124,10 @@ def train(cfg: Config, resume: bool = False, progress: bool = True) -> dict:
               f"{tuple(shape)}; {steps} steps; run dir {run_dir}", flush=True)
     start = time.perf_counter()
     with make_loader(state.loader_state) as loader:
-        state = loop.fit(state, loop.make_train_step(optimizer, loop.classification_loss, prepare), loader,
-                         epochs=cfg.epochs, run_dir=run_dir, eval_fn=eval_fn, meta={"config": dataclasses.asdict(cfg)},
-                         progress=progress, max_steps=cfg.max_steps)
+        step = loop.make_train_step(optimizer, loop.classification_loss, prepare, shardings)
+        state = loop.fit(state, step, loader, epochs=cfg.epochs, run_dir=run_dir, eval_fn=eval_fn,
+                         meta={"config": dataclasses.asdict(cfg)}, progress=progress, max_steps=cfg.max_steps,
+                         place=place)
     final = state.last_eval if state.last_eval is not None and cfg.max_steps is None else eval_fn(state.model)
     result = {**final, "steps": state.step, "seconds": time.perf_counter() - start}
     (run_dir / "result.json").write_text(json.dumps(result, indent=1))

@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 from tqdm import tqdm
 
-from frost import nn
+from frost import nn, parallel
 from frost.optim import all_finite, apply_updates
 from frost.train import checkpoint
 
@@ -60,9 +60,12 @@ def classification_loss(model, batch, key):
     return cross_entropy(logits, labels), (stats_model, {"accuracy": accuracy})
 
 
-def make_train_step(optimizer, loss_fn=classification_loss, prepare=lambda batch: batch):
+def make_train_step(optimizer, loss_fn=classification_loss, prepare=lambda batch: batch, shardings=None):
     """A jitted `(model, opt_state, batch, key) -> (model, opt_state, metrics)`; `prepare` maps
-    the loader's batch to the loss function's (e.g. uint8 images to normalised floats)."""
+    the loader's batch to the loss function's (e.g. uint8 images to normalised floats).
+
+    `shardings=(model, opt_state, batch)` (see frost.parallel) pins the layout of inputs and
+    outputs on a mesh; the step itself is the same function on one device or many."""
     def step(model, opt_state, batch, key):
         grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
         (loss, (stats_model, metrics)), grads = grad_fn(model, prepare(batch), key)
@@ -71,7 +74,12 @@ def make_train_step(optimizer, loss_fn=classification_loss, prepare=lambda batch
         finite = jnp.isfinite(loss) & all_finite(grads)
         keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(finite, a, b), new, old)  # noqa: E731
         return keep(new_model, model), keep(new_opt_state, opt_state), dict(metrics, loss=loss, finite=finite)
-    return jax.jit(step, donate_argnums=(0, 1))
+    if shardings is None:
+        return jax.jit(step, donate_argnums=(0, 1))
+    model_sh, opt_sh, batch_sh = shardings
+    whole = jax.sharding.NamedSharding(batch_sh.mesh, jax.sharding.PartitionSpec())
+    return jax.jit(step, donate_argnums=(0, 1), in_shardings=(model_sh, opt_sh, batch_sh, whole),
+                   out_shardings=(model_sh, opt_sh, whole))
 
 
 def make_eval_step(prepare=lambda batch: batch):
@@ -95,6 +103,23 @@ def evaluate(model, batches, eval_step) -> dict:
     return {"loss": totals["loss_sum"] / n, "accuracy": totals["correct"] / n}
 
 
+def process_shard() -> dict:
+    """Loader arguments that give this process its share of each global batch."""
+    return {"process_index": jax.process_index(), "process_count": jax.process_count()}
+
+
+def distribute(state: TrainState, mesh: str | None, strategy: str, batch_size: int):
+    """Lay the model and optimizer state out on a mesh ("data=8", "data=4,model=2"; see
+    frost.parallel). Returns (state, shardings for make_train_step, place for fit); with no mesh,
+    the state is unchanged and batches go to the default device."""
+    if not mesh:
+        return state, None, lambda batch: batch
+    tree, sh, batch_sh = parallel.distribute({"model": state.model, "opt_state": state.opt_state}, mesh,
+                                             strategy, batch_size)
+    state = dataclasses.replace(state, model=tree["model"], opt_state=tree["opt_state"])
+    return state, (sh["model"], sh["opt_state"], batch_sh), lambda batch: parallel.global_batch(batch, batch_sh)
+
+
 def restore(run_dir, state: TrainState) -> TrainState:
     """`state` replaced by the latest checkpoint in `run_dir/checkpoints` (unchanged if none)."""
     path = checkpoint.latest(pathlib.Path(run_dir) / "checkpoints")
@@ -104,19 +129,29 @@ def restore(run_dir, state: TrainState) -> TrainState:
     return TrainState(tree["model"], tree["opt_state"], tree["key"], meta["step"], meta.get("loader"))
 
 
-def save(run_dir, state: TrainState, keep: int = 3, **meta) -> pathlib.Path:
+def save(run_dir, state: TrainState, keep: int = 3, **meta) -> pathlib.Path | None:
+    """Checkpoint `state`. Sharded arrays are gathered whole into host memory (across processes
+    too: each process then holds the full state once), and process 0 writes the files."""
     meta = dict(meta, step=state.step, loader=state.loader_state)
-    return checkpoint.save(pathlib.Path(run_dir) / "checkpoints", state.step, state.tree(), meta, keep)
+    tree = state.tree()
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+        key_data = multihost_utils.process_allgather(jax.random.key_data(tree.pop("key")), tiled=True)
+        tree = {**multihost_utils.process_allgather(tree, tiled=True), "key": jax.random.wrap_key_data(key_data)}
+        if jax.process_index() != 0:
+            return None
+    return checkpoint.save(pathlib.Path(run_dir) / "checkpoints", state.step, tree, meta, keep)
 
 
 def fit(state: TrainState, train_step, loader, *, epochs: int, run_dir, eval_fn=None, keep: int = 3,
         log_every: int = 20, meta: dict | None = None, progress: bool = True, max_steps: int | None = None,
-        unit: str = "images", count=lambda batch: len(jax.tree.leaves(batch)[0])):
+        unit: str = "images", count=lambda batch: len(jax.tree.leaves(batch)[0]), place=lambda batch: batch):
     """Train until `loader.epoch == epochs` (or `max_steps`), checkpointing after every epoch.
 
     `loader` is positioned already (a `frost.data.Loader` built with `state=state.loader_state`).
     `eval_fn(model) -> dict` runs after each epoch. Metrics go to `run_dir/metrics.jsonl`, with the
     throughput in `unit`s per second (`count(batch)` of them per batch: rows by default).
+    `place(batch)` puts a loader batch on the devices (e.g. frost.parallel.global_batch).
     """
     run_dir = pathlib.Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -132,7 +167,7 @@ def fit(state: TrainState, train_step, loader, *, epochs: int, run_dir, eval_fn=
                        disable=not progress, dynamic_ncols=True, leave=True)
             seen, t0 = 0, time.perf_counter()
             for batch in loader:
-                model, opt_state, metrics = train_step(state.model, state.opt_state, batch,
+                model, opt_state, metrics = train_step(state.model, state.opt_state, place(batch),
                                                        jax.random.fold_in(state.key, state.step))
                 if not bool(metrics["finite"]):
                     bar.close()

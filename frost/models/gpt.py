@@ -1,0 +1,168 @@
+"""A GPT-2-style decoder (Radford et al. 2019), after nanoGPT: pre-norm blocks, learned or
+rotary (Su et al. 2021, RoFormer) positions, weight tying, and generation with a KV cache.
+
+    model = GPT(vocab_size=4096, dim=256, depth=4, heads=4, max_len=256, key=key)
+    logits = model(ids)                                              # (B, T) int -> (B, T, V)
+    out = generate(model, prompt, 100, key=key, temperature=0.8, top_k=50)
+
+Attention goes through `frost.nn.attention.dot_product_attention`: the Pallas flash kernel on
+GPU, XLA elsewhere. Generation pre-fills a cache of keys and values for the prompt, then feeds
+one token at a time, attending to the cached positions (a plain masked softmax: one query).
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from frost import nn
+from frost.nn.attention import dot_product_attention
+from frost.nn.module import expand_to, shape_error, static
+
+
+def rotary(x, positions):  # (B, T, H, D), (T,) -> (B, T, H, D): rotate feature pairs by position
+    d = x.shape[-1] // 2
+    freqs = 1.0 / (10000 ** (jnp.arange(d, dtype=jnp.float32) / d))  # (D/2,)
+    angles = positions.astype(jnp.float32)[:, None] * freqs[None, :]  # (T, D/2)
+    cos, sin = jnp.cos(angles)[None, :, None, :], jnp.sin(angles)[None, :, None, :]  # (1, T, 1, D/2)
+    x1, x2 = x[..., :d].astype(jnp.float32), x[..., d:].astype(jnp.float32)
+    return jnp.concatenate([x1 * cos - x2 * sin, x1 * sin + x2 * cos], -1).astype(x.dtype)
+
+
+class Block(nn.Module):
+    ln1: nn.LayerNorm
+    qkv: nn.Linear
+    proj: nn.Linear
+    ln2: nn.LayerNorm
+    fc: nn.Linear
+    out: nn.Linear
+    drop: nn.Dropout
+    heads: int = static()
+    rotary: bool = static()
+
+    def __init__(self, dim, heads, use_rotary, dropout, *, key):
+        k = jax.random.split(key, 4)
+        self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.qkv, self.proj = nn.Linear(dim, 3 * dim, key=k[0]), nn.Linear(dim, dim, key=k[1])
+        self.fc, self.out = nn.Linear(dim, 4 * dim, key=k[2]), nn.Linear(4 * dim, dim, key=k[3])
+        self.drop, self.heads, self.rotary = nn.Dropout(dropout), heads, use_rotary
+
+    def attend(self, x, positions, cache=None, length=None):
+        """Self-attention of x (B, T, C) at `positions`; with a cache (k, v: (B, S, H, D)), write
+        this step's keys/values at `positions` and attend to the first `length` cached ones."""
+        B, T, C = x.shape
+        q, k, v = jnp.split(self.qkv(x).reshape(B, T, 3 * self.heads, C // self.heads), 3, axis=2)  # (B, T, H, D)
+        if self.rotary:
+            q, k = rotary(q, positions), rotary(k, positions)
+        if cache is None:
+            y = dot_product_attention(q, k, v, causal=True)  # (B, T, H, D)
+            return self.proj(y.reshape(B, T, C)), None
+        ck = jax.lax.dynamic_update_slice_in_dim(cache[0], k.astype(cache[0].dtype), positions[0], axis=1)
+        cv = jax.lax.dynamic_update_slice_in_dim(cache[1], v.astype(cache[1].dtype), positions[0], axis=1)
+        scores = jnp.einsum("bthd,bshd->bhts", q, ck) / jnp.sqrt(jnp.float32(q.shape[-1])).astype(q.dtype)
+        visible = jnp.arange(ck.shape[1])[None, :] <= positions[:, None]  # (T, S): causal over the cache
+        scores = jnp.where(expand_to(visible, 4), scores, jnp.finfo(scores.dtype).min)
+        y = jnp.einsum("bhts,bshd->bthd", jax.nn.softmax(scores, axis=-1), cv)
+        return self.proj(y.reshape(B, T, C)), (ck, cv)
+
+    def __call__(self, x, positions, cache=None):
+        a, cache = self.attend(self.ln1(x), positions, cache)
+        x = x + self.drop(a)
+        x = x + self.drop(self.out(nn.gelu(self.fc(self.ln2(x)))))
+        return x, cache
+
+
+class GPT(nn.Module):
+    embed: nn.Embedding
+    pos: jax.Array | None  # (max_len, dim) learned positions, or None with rotary
+    blocks: tuple
+    ln_f: nn.LayerNorm
+    head: nn.Linear | None  # None: tied to the token embedding
+    max_len: int = static()
+
+    def __init__(self, vocab_size: int, dim: int = 256, depth: int = 4, heads: int = 4, max_len: int = 256,
+                 rotary: bool = False, tie_weights: bool = True, dropout: float = 0.0, *, key):
+        if dim % heads:
+            raise ValueError(f"GPT: heads={heads} must divide dim={dim}")
+        keys = jax.random.split(key, depth + 3)
+        self.embed = nn.Embedding(vocab_size, dim, key=keys[0])
+        self.embed = self.embed.replace(weight=0.02 * self.embed.weight)  # GPT-2's N(0, 0.02)
+        self.pos = None if rotary else 0.01 * jax.random.normal(keys[1], (max_len, dim))
+        self.blocks = tuple(Block(dim, heads, rotary, dropout, key=k) for k in keys[3:])
+        self.ln_f = nn.LayerNorm(dim)
+        self.head = None if tie_weights else nn.Linear(dim, vocab_size, use_bias=False, key=keys[2])
+        self.max_len = max_len
+
+    def logits(self, x):  # (B, T, C) -> (B, T, V)
+        x = self.ln_f(x)
+        return x @ self.embed.weight.T if self.head is None else self.head(x)
+
+    def check(self, ids):
+        if getattr(ids, "ndim", 0) != 2 or ids.shape[1] > self.max_len:
+            raise shape_error(self, f"(B, T) token ids with T <= max_len={self.max_len}", ids)
+
+    def embed_at(self, ids, positions):  # (B, T), (T,) -> (B, T, C)
+        x = self.embed(ids)
+        return x if self.pos is None else x + jnp.take(self.pos, positions, axis=0)[None]
+
+    def __call__(self, ids):  # (B, T) -> (B, T, V)
+        self.check(ids)
+        positions = jnp.arange(ids.shape[1])
+        x = self.embed_at(ids, positions)
+        for block in self.blocks:
+            x, _ = block(x, positions)
+        return self.logits(x)
+
+    def step(self, ids, start, cache):
+        """Logits for `ids` (B, T) placed at positions start..start+T-1, using and updating `cache`
+        (a tuple of (k, v) per block, each (B, max_len, H, D))."""
+        self.check(ids)
+        positions = start + jnp.arange(ids.shape[1])
+        x = self.embed_at(ids, positions)
+        new_cache = []
+        for block, layer_cache in zip(self.blocks, cache):
+            x, layer_cache = block(x, positions, layer_cache)
+            new_cache.append(layer_cache)
+        return self.logits(x), tuple(new_cache)
+
+    def empty_cache(self, batch: int, dtype=jnp.float32):
+        block = self.blocks[0]
+        heads, dim = block.heads, block.qkv.in_features
+        shape = (batch, self.max_len, heads, dim // heads)
+        return tuple((jnp.zeros(shape, dtype), jnp.zeros(shape, dtype)) for _ in self.blocks)
+
+
+def sample_token(logits, key, temperature: float = 1.0, top_k: int | None = None):  # (B, V) -> (B,)
+    """Greedy when temperature == 0; else sample from softmax(logits / T) over the top k."""
+    if temperature == 0.0:
+        return jnp.argmax(logits, -1)
+    logits = logits.astype(jnp.float32) / temperature
+    if top_k is not None:
+        kth = jax.lax.top_k(logits, top_k)[0][:, -1:]  # (B, 1)
+        logits = jnp.where(logits < kth, -jnp.inf, logits)
+    return jax.random.categorical(key, logits, axis=-1)
+
+
+def generate(model: GPT, prompt, max_new_tokens: int, *, key, temperature: float = 1.0, top_k: int | None = None):
+    """Extend `prompt` (B, T0) by `max_new_tokens` tokens; returns (B, T0 + max_new_tokens)."""
+    B, T0 = prompt.shape
+    if T0 + max_new_tokens > model.max_len:
+        raise ValueError(f"GPT.generate: prompt length {T0} + {max_new_tokens} new tokens exceeds "
+                         f"max_len={model.max_len}")
+
+    @jax.jit
+    def run(model, prompt, key):
+        logits, cache = model.step(prompt, 0, model.empty_cache(B, model.embed.weight.dtype))
+        first = sample_token(logits[:, -1], jax.random.fold_in(key, 0), temperature, top_k)
+
+        def body(i, carry):
+            tokens, cache = carry
+            logits, cache = model.step(tokens[:, T0 + i - 1][:, None], T0 + i - 1, cache)
+            nxt = sample_token(logits[:, -1], jax.random.fold_in(key, i), temperature, top_k)
+            return tokens.at[:, T0 + i].set(nxt), cache
+
+        tokens = jnp.zeros((B, T0 + max_new_tokens), prompt.dtype).at[:, :T0].set(prompt)
+        tokens = tokens.at[:, T0].set(first.astype(prompt.dtype))
+        tokens, _ = jax.lax.fori_loop(1, max_new_tokens, body, (tokens, cache))
+        return tokens
+
+    return run(model, prompt, key)

@@ -1,0 +1,135 @@
+"""Scaling: meshes, sharding strategies, global batches, and multi-process start-up.
+
+    mesh = make_mesh(data=8)                         # or make_mesh(data=4, model=2)
+    shardings = fsdp(state.tree(), mesh)             # or replicated(...), tensor_parallel(...)
+    step = make_train_step(opt, loss, shardings=(shardings["model"], shardings["opt_state"], batch_sharding(mesh)))
+
+Computation follows the data: the training step is the same function on one device or many;
+only the shardings given to `jax.jit` change, and XLA inserts the collectives (all-reduce of
+gradients for data parallelism, all-gather / reduce-scatter of parameters for FSDP). There
+are no hand-written collectives here. Across machines, `initialize` starts JAX's own
+multi-process runtime; each process feeds its share of the global batch
+(`global_batch`), which the sampler's per-process shard provides.
+"""
+from __future__ import annotations
+
+import os
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+
+def make_mesh(data: int | None = None, model: int = 1, devices=None) -> Mesh:
+    """A ("data", "model") mesh over `devices` (all of them by default); data defaults to the rest."""
+    devices = list(jax.devices() if devices is None else devices)
+    data = len(devices) // model if data is None else data
+    if data * model != len(devices) or data < 1 or model < 1:
+        raise ValueError(f"mesh data={data} x model={model} = {data * model} devices, but {len(devices)} are "
+                         f"visible; choose sizes whose product is {len(devices)}")
+    return Mesh(np.asarray(devices).reshape(data, model), ("data", "model"))
+
+
+def replicated(tree, mesh: Mesh):
+    """Every array whole on every device (data parallelism)."""
+    return jax.tree.map(lambda _: NamedSharding(mesh, P()), tree)
+
+
+def _fsdp_spec(shape, size: int, axis: str) -> P:
+    """Shard the largest axis that `size` divides; replicate when none does (scalars, odd sizes)."""
+    order = sorted(range(len(shape)), key=lambda i: -shape[i])
+    for i in order:
+        if shape[i] % size == 0 and shape[i] >= size:
+            return P(*[axis if j == i else None for j in range(len(shape))])
+    return P()
+
+
+def fsdp(tree, mesh: Mesh, axis: str = "data"):
+    """Fully sharded data parallel (Zhao et al. 2023, PyTorch FSDP; ZeRO-3): every parameter and
+    optimizer-state array split along its largest divisible axis over `axis`."""
+    size = mesh.shape[axis]
+    return jax.tree.map(lambda x: NamedSharding(mesh, _fsdp_spec(np.shape(x), size, axis)), tree)
+
+
+def tensor_parallel(tree, mesh: Mesh, axis: str = "model"):
+    """Megatron-style (Shoeybi et al. 2019) sharding of a GPT's blocks over `axis`: the qkv and
+    fc weights (in, out) split by columns, proj and out weights split by rows, column-split
+    biases split alike; everything else replicated. Optimizer states mirror their parameters,
+    since their tree paths end the same way."""
+    column, row = ("qkv", "fc"), ("proj", "out")
+
+    def spec(path, x):
+        names = [getattr(k, "name", getattr(k, "key", None)) for k in path]
+        layer, leaf = (names[-2], names[-1]) if len(names) >= 2 else (None, None)
+        if "blocks" in names and layer in column and leaf in ("weight", "bias"):
+            return NamedSharding(mesh, P(*([None] * (np.ndim(x) - 1)), axis))
+        if "blocks" in names and layer in row and leaf == "weight":
+            return NamedSharding(mesh, P(axis, None))
+        return NamedSharding(mesh, P())
+    return jax.tree_util.tree_map_with_path(spec, tree)
+
+
+def batch_sharding(mesh: Mesh, axis: str = "data") -> NamedSharding:
+    """Leading (batch) axis split over `axis`, the rest replicated."""
+    return NamedSharding(mesh, P(axis))
+
+
+def check_batch(mesh: Mesh, batch_size: int, axis: str = "data") -> None:
+    if batch_size % mesh.shape[axis]:
+        raise ValueError(f"batch size {batch_size} is not divisible by mesh axis '{axis}' of size "
+                         f"{mesh.shape[axis]}; choose a batch size that is a multiple of {mesh.shape[axis]}")
+
+
+def put(tree, shardings):
+    """Place host-identical arrays (same values in every process) with `shardings`; each process
+    builds only its own shards, so this works across processes where `jax.device_put` may not."""
+    def place(x, sharding):
+        host = np.asarray(x)
+        return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
+    return jax.tree.map(place, tree, shardings)
+
+
+def global_batch(local_batch, sharding: NamedSharding):
+    """This process's rows of the global batch (a tree of numpy arrays) -> global jax.Arrays."""
+    return jax.tree.map(lambda x: jax.make_array_from_process_local_data(sharding, np.asarray(x)), local_batch)
+
+
+STRATEGIES = {"dp": replicated, "fsdp": fsdp, "tp": tensor_parallel}
+
+
+def parse_mesh(spec: str) -> dict:
+    """"data=4,model=2" -> {"data": 4, "model": 2}."""
+    try:
+        sizes = {k.strip(): int(v) for k, v in (part.split("=") for part in spec.split(",") if part.strip())}
+    except ValueError as e:
+        raise ValueError(f"--mesh {spec!r}: expected AXIS=SIZE pairs such as data=4 or data=4,model=2") from e
+    unknown = set(sizes) - {"data", "model"}
+    if unknown:
+        raise ValueError(f"--mesh {spec!r}: unknown axis {sorted(unknown)}; the axes are data and model")
+    return sizes
+
+
+def distribute(tree, mesh_spec: str, strategy: str, batch_size: int):
+    """Lay `tree` (e.g. {"model": ..., "opt_state": ...}) out on a mesh: returns
+    (placed tree, its shardings, the batch sharding)."""
+    if strategy not in STRATEGIES:
+        raise ValueError(f"--strategy {strategy!r}: choose one of {', '.join(STRATEGIES)}")
+    mesh = make_mesh(**parse_mesh(mesh_spec))
+    check_batch(mesh, batch_size)
+    shardings = STRATEGIES[strategy](tree, mesh)
+    return put(tree, shardings), shardings, batch_sharding(mesh)
+
+
+def initialize(coordinator: str | None = None, num_processes: int | None = None, process_id: int | None = None):
+    """Start JAX's multi-process runtime (no-op for a single process). Arguments default to the
+    environment: FROST_COORDINATOR, FROST_NUM_PROCESSES, FROST_PROCESS_ID."""
+    coordinator = coordinator or os.environ.get("FROST_COORDINATOR")
+    num_processes = num_processes or int(os.environ.get("FROST_NUM_PROCESSES", "1"))
+    process_id = int(os.environ.get("FROST_PROCESS_ID", "0")) if process_id is None else process_id
+    if num_processes <= 1:
+        return
+    if coordinator is None:
+        raise ValueError("multi-process training needs --coordinator HOST:PORT (or FROST_COORDINATOR)")
+    if jax.config.jax_platforms in (None, "", "cpu") or os.environ.get("JAX_PLATFORMS") == "cpu":
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(coordinator, num_processes, process_id)
