@@ -1,0 +1,354 @@
+"""Flash attention in Pallas: forward and backward kernels, with a plain-jnp reference at the end.
+
+    o = flash_attention(q, k, v, causal=True)     # q: (B, T, H, D), k, v: (B, S, H, D) -> (B, T, H, D)
+    o = flash_attention(q, k, v, key_padding_mask=keep)   # keep: (B, S) bool, True = attend
+
+Attention is softmax(scale * q k^T) v per batch and head. Written out, it materialises a
+(T, S) matrix of scores; flash attention (Dao et al. 2022, "FlashAttention: Fast and
+Memory-Efficient Exact Attention with IO-Awareness") never does. Each program of the forward
+kernel owns `block_q` query rows and walks over the keys `block_k` at a time, keeping a running
+row maximum m, a running normaliser l and an unnormalised output o (the online softmax):
+
+    s = scale * q k_j^T                   # (block_q, block_k) scores of this key block
+    m' = max(m, rowmax(s));  a = exp(m - m')
+    o = a o + exp(s - m') v_j;  l = a l + rowsum(exp(s - m'))
+    ... after the last block: out = o / l,  lse = m + log(l)
+
+Only O(T) extra memory: the log-sum-exp `lse` of each row, saved for the backward pass. The
+backward pass follows FlashAttention-2 (Dao 2023, "FlashAttention-2: Faster Attention with Better
+Parallelism and Work Partitioning"): it recomputes p = exp(s - lse) tile by tile instead of
+storing it, with delta = rowsum(out * dout) computed up front (cheap, in XLA), and
+
+    dv = p^T dout     dp = dout v^T     ds = p * (dp - delta)     dq = scale ds k     dk = scale ds^T q
+
+split into two kernels so that no two programs write the same output: `_dkdv_kernel` (one
+program per key block, looping over the queries) and `_dq_kernel` (one program per query block,
+looping over the keys). Exponentials are taken base 2 (exp(x) = 2^(x log2 e), `exp2` is one
+instruction on a GPU), so `m` and `lse` live in log2 units inside this file.
+
+Causal attention skips the tiles above the diagonal and builds the mask only for the tiles that
+cross it: each kernel runs two loops, one over fully visible tiles without a mask and one over
+the diagonal tiles with it. The causal mask is aligned top-left (query i sees keys 0..i), as in
+`jax.nn.dot_product_attention(is_causal=True)`. A query row with no key to attend to (possible
+with a key padding mask) returns zeros, with zero gradients.
+
+Matrix products take the inputs' dtype (fp32, bf16, fp16) and accumulate in fp32; the softmax
+statistics are fp32. On a GPU, fp32 products use TF32 (Triton's default precision, as XLA's).
+
+Layout and lowering follow `jax/experimental/pallas/ops/gpu/attention.py` (Triton backend): grids
+of (sequence block, batch, head) with `pl.BlockSpec`s that squeeze the batch and head axes,
+`plgpu.load`s masked along a head dimension padded to a power of two (D = 80 runs in 128-wide
+tiles; D = 64 and 128 need no mask), `lax.fori_loop` over the other sequence. Sequence lengths
+are padded in the wrapper to a multiple of the block sizes and the padded keys masked, so any
+length works. On CPU the kernels run in Pallas interpret mode (the tests), and the tests also
+lower them through the Triton backend for "cuda" without a GPU.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as plgpu
+
+LOG2E = math.log2(math.e)
+MASK = -0.7 * float(jnp.finfo(jnp.float32).max)  # a masked score; finite, so exp2(m - m_new) is never NaN
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockSizes:
+    """Tile sizes (rows of q, rows of k/v) of the three kernels, and Triton's launch settings.
+
+    Each block is a power of two, at least 16 (the smallest tile a tensor-core dot takes); blocks
+    larger than a (padded) sequence are shrunk to fit it. Defaults are meant for an H100/H200
+    with bf16 inputs; `benchmarks/attention.py --tune` times alternatives on a GPU.
+    """
+    block_q: int = 128  # forward: query rows per program
+    block_k: int = 64  # forward: key rows per loop step
+    block_q_dkv: int = 64  # dk/dv kernel: query rows per loop step
+    block_k_dkv: int = 64  # dk/dv kernel: key rows per program
+    block_q_dq: int = 64  # dq kernel: query rows per program
+    block_k_dq: int = 64  # dq kernel: key rows per loop step
+    num_warps: int | None = None  # None: 4 for head dim <= 64, else 8
+    num_stages: int = 3  # software pipelining depth of the key/query loops
+
+    def __post_init__(self):
+        for f in dataclasses.fields(self)[:6]:
+            b = getattr(self, f.name)
+            if b < 16 or b & (b - 1):
+                raise ValueError(f"BlockSizes.{f.name} must be a power of two >= 16, got {b}")
+
+    def fit(self, q_len: int, kv_len: int) -> BlockSizes:
+        """Shrink blocks that are longer than the sequence they tile (rounded up to a power of 2)."""
+        tq, tk = max(16, pl.next_power_of_2(q_len)), max(16, pl.next_power_of_2(kv_len))
+        return dataclasses.replace(
+            self, block_q=min(self.block_q, tq), block_k=min(self.block_k, tk),
+            block_q_dkv=min(self.block_q_dkv, tq), block_k_dkv=min(self.block_k_dkv, tk),
+            block_q_dq=min(self.block_q_dq, tq), block_k_dq=min(self.block_k_dq, tk))
+
+
+@functools.partial(jax.jit, static_argnames=("causal", "scale", "block_sizes", "interpret"))
+def flash_attention(q, k, v, *, causal: bool = False, key_padding_mask=None, scale: float | None = None,
+                    block_sizes: BlockSizes | None = None, interpret: bool | None = None):
+    """Multi-head attention softmax(scale q k^T) v with the Pallas kernels; differentiable in q, k, v.
+
+    q: (B, T, H, D); k, v: (B, S, H, D), all one float dtype; key_padding_mask: (B, S) bool,
+    True where a key may be attended (jax.nn's `mask` convention; PyTorch's key_padding_mask is
+    the opposite). scale defaults to 1/sqrt(D). interpret defaults to True on a CPU backend.
+    """
+    if q.ndim != 4 or k.shape != v.shape or k.shape[::2] != q.shape[::2] or k.shape[-1] != q.shape[-1]:
+        raise ValueError(f"flash_attention expects q (B, T, H, D) and k, v (B, S, H, D); got q {q.shape}, "
+                         f"k {k.shape}, v {v.shape}")
+    if not (q.dtype == k.dtype == v.dtype) or not jnp.issubdtype(q.dtype, jnp.floating):
+        raise ValueError(f"q, k, v must share one float dtype; got {q.dtype}, {k.dtype}, {v.dtype}")
+    (b, t, h, d), s = q.shape, k.shape[1]
+    if key_padding_mask is not None and key_padding_mask.shape != (b, s):
+        raise ValueError(f"key_padding_mask must be (B, S) = {(b, s)}, got {key_padding_mask.shape}")
+    scale = d ** -0.5 if scale is None else float(scale)
+    interpret = jax.default_backend() == "cpu" if interpret is None else interpret
+    blocks = (block_sizes or BlockSizes()).fit(t, s)
+    t_pad = _round_up(t, max(blocks.block_q, blocks.block_q_dkv, blocks.block_q_dq))
+    s_pad = _round_up(s, max(blocks.block_k, blocks.block_k_dkv, blocks.block_k_dq))
+    q, k, v = (_pad_seq(x, n) for x, n in ((q, t_pad), (k, s_pad), (v, s_pad)))
+    keep = None  # (B, S_pad) int32, 1 = attend; padded keys beyond S are masked by the kernels
+    if key_padding_mask is not None:
+        keep = jnp.pad(key_padding_mask.astype(jnp.int32), ((0, 0), (0, s_pad - s)))
+    return _flash(q, k, v, keep, causal, scale, s, blocks, interpret)[:, :t]
+
+
+def _round_up(n: int, m: int) -> int:
+    return -(-n // m) * m
+
+
+def _pad_seq(x, n):  # (B, L, H, D) -> (B, n, H, D), zeros appended
+    return jnp.pad(x, ((0, 0), (0, n - x.shape[1]), (0, 0), (0, 0)))
+
+
+def _scores(q, k, span_q, span_k, keep, *, causal, scale, kv_len, kv_pad):
+    """Masked scores of one tile in log2 units: (block_q, D) x (block_k, D) -> (block_q, block_k)."""
+    s = plgpu.dot(q, k.T) * (scale * LOG2E)
+    valid = None
+    if keep is not None:  # the padded tail of `keep` is 0 already
+        valid = keep[None, :]
+    elif kv_len < kv_pad:
+        valid = span_k[None, :] < kv_len
+    if causal:
+        below = span_q[:, None] >= span_k[None, :]
+        valid = below if valid is None else jnp.logical_and(valid, below)
+    return s if valid is None else jnp.where(valid, s, MASK)
+
+
+def _two_loops(body, bounds, masked_first: bool, carry):
+    """lax.fori_loop over blocks [a, b) then [b, c); the causal mask only on the diagonal part."""
+    a, b, c = bounds
+    for lo, hi, causal in ((a, b, masked_first), (b, c, not masked_first)):
+        if not (isinstance(lo, int) and isinstance(hi, int) and lo == hi):  # known to be empty: left out
+            carry = lax.fori_loop(lo, hi, functools.partial(body, causal=causal), carry)
+    return carry
+
+
+def _key_bounds(i, block_q, block_k, n_k, causal):
+    """Key blocks for query block i: [0, b) fully visible, [b, c) on the diagonal, the rest skipped."""
+    if not causal:
+        return 0, n_k, n_k
+    full = jnp.minimum(lax.div(i * block_q + 1, block_k), n_k)  # last key <= first query
+    stop = jnp.minimum(lax.div((i + 1) * block_q + block_k - 1, block_k), n_k)  # first key <= last query
+    return 0, full, stop
+
+
+def _loader(ref, head_dim):
+    """plgpu.load with the padded head-dimension columns masked off (when D is not a power of 2)."""
+    if ref.shape[-1] == head_dim:
+        return plgpu.load
+    head = (jnp.arange(ref.shape[-1]) < head_dim)[None, :]  # (1, D_pad)
+    return functools.partial(plgpu.load, mask=head, other=0.0)
+
+
+def _store(ref, x, head_dim):
+    mask = None if ref.shape[-1] == head_dim else (jnp.arange(ref.shape[-1]) < head_dim)[None, :]
+    plgpu.store(ref, x.astype(ref.dtype), mask=mask)
+
+
+def _forward_kernel(q_ref, k_ref, v_ref, keep_ref, o_ref, lse_ref, *, block_k, head_dim, causal, **opts):
+    block_q, load = q_ref.shape[0], _loader(q_ref, head_dim)
+    i = pl.program_id(0)
+    q = load(q_ref)  # (block_q, D_pad), stays on chip
+    span_q = i * block_q + jnp.arange(block_q)
+
+    def body(j, carry, causal):
+        o, m, l = carry  # (block_q, D_pad), (block_q,), (block_q,)
+        ks = pl.ds(j * block_k, block_k)
+        keep = None if keep_ref is None else keep_ref[ks] != 0
+        s = _scores(q, load(k_ref.at[ks, :]), span_q, j * block_k + jnp.arange(block_k), keep, causal=causal, **opts)
+        m_new = jnp.maximum(m, s.max(axis=-1))
+        alpha = jnp.exp2(m - m_new)  # rescales what was accumulated under the old maximum
+        p = jnp.exp2(s - m_new[:, None])  # (block_q, block_k)
+        v = load(v_ref.at[ks, :])  # (block_k, D_pad)
+        o = alpha[:, None] * o + plgpu.dot(p.astype(v.dtype), v)
+        return o, m_new, alpha * l + p.sum(axis=-1)
+
+    init = (jnp.zeros(q.shape, jnp.float32), jnp.full((block_q,), -jnp.inf, jnp.float32),
+            jnp.zeros((block_q,), jnp.float32))
+    bounds = _key_bounds(i, block_q, block_k, k_ref.shape[0] // block_k, causal)
+    o, m, l = _two_loops(body, bounds, False, init)
+    # A row that saw only masked keys still has m == MASK (any real score is larger): give it
+    # output 0 and lse = +inf, so that p = exp2(s - lse) = 0 in the backward pass.
+    empty = m == MASK
+    lse_ref[...] = jnp.where(empty, jnp.inf, m + jnp.log2(l))
+    _store(o_ref, jnp.where(empty[:, None], 0.0, o / l[:, None]), head_dim)
+
+
+def _dkdv_kernel(q_ref, k_ref, v_ref, keep_ref, do_ref, lse_ref, delta_ref, dk_ref, dv_ref, *,
+                 block_q, head_dim, causal, **opts):
+    block_k, load = k_ref.shape[0], _loader(k_ref, head_dim)
+    j = pl.program_id(0)
+    k, v = load(k_ref), load(v_ref)  # (block_k, D_pad) each
+    keep = None if keep_ref is None else keep_ref[...] != 0  # (block_k,)
+    span_k = j * block_k + jnp.arange(block_k)
+
+    def body(i, carry, causal):
+        dk, dv = carry  # (block_k, D_pad) each, fp32
+        qs = pl.ds(i * block_q, block_q)
+        q, do = load(q_ref.at[qs, :]), load(do_ref.at[qs, :])  # (block_q, D_pad) each
+        s = _scores(q, k, i * block_q + jnp.arange(block_q), span_k, keep, causal=causal, **opts)
+        p = jnp.exp2(s - lse_ref[qs][:, None])  # (block_q, block_k): the softmax, recomputed
+        dv = dv + plgpu.dot(p.astype(do.dtype).T, do)
+        ds = p * (plgpu.dot(do, v.T) - delta_ref[qs][:, None])  # d loss / d (scale q k^T)
+        return dk + plgpu.dot(ds.astype(q.dtype).T, q), dv
+
+    n_q = q_ref.shape[0] // block_q
+    bounds = 0, 0, n_q
+    if causal:  # query blocks ending before this key block are skipped; past its end, no mask
+        start = jnp.minimum(lax.div(j * block_k, block_q), n_q)
+        bounds = start, jnp.minimum(lax.div((j + 1) * block_k - 1 + block_q - 1, block_q), n_q), n_q
+    zeros = jnp.zeros(k.shape, jnp.float32)
+    dk, dv = _two_loops(body, bounds, True, (zeros, zeros))
+    _store(dk_ref, dk * opts["scale"], head_dim)
+    _store(dv_ref, dv, head_dim)
+
+
+def _dq_kernel(q_ref, k_ref, v_ref, keep_ref, do_ref, lse_ref, delta_ref, dq_ref, *, block_k, head_dim, causal,
+               **opts):
+    block_q, load = q_ref.shape[0], _loader(q_ref, head_dim)
+    i = pl.program_id(0)
+    q, do = load(q_ref), load(do_ref)  # (block_q, D_pad) each
+    lse, delta = lse_ref[...], delta_ref[...]  # (block_q,) each
+    span_q = i * block_q + jnp.arange(block_q)
+
+    def body(j, dq, causal):  # dq: (block_q, D_pad), fp32
+        ks = pl.ds(j * block_k, block_k)
+        k, v = load(k_ref.at[ks, :]), load(v_ref.at[ks, :])  # (block_k, D_pad) each
+        keep = None if keep_ref is None else keep_ref[ks] != 0
+        s = _scores(q, k, span_q, j * block_k + jnp.arange(block_k), keep, causal=causal, **opts)
+        p = jnp.exp2(s - lse[:, None])
+        ds = p * (plgpu.dot(do, v.T) - delta[:, None])
+        return dq + plgpu.dot(ds.astype(k.dtype), k)
+
+    bounds = _key_bounds(i, block_q, block_k, k_ref.shape[0] // block_k, causal)
+    dq = _two_loops(body, bounds, False, jnp.zeros(q.shape, jnp.float32))
+    _store(dq_ref, dq * opts["scale"], head_dim)
+
+
+def _specs(b_len, seq_len, d_pad, *, own: bool):
+    """BlockSpecs for a grid (sequence block, batch, head): (B, L, H, D) arrays, (B, H, L) row
+    statistics and the (B, L) key mask, either the program's own block of length `b_len`
+    (own=True) or the whole sequence, to be sliced inside the kernel's loop."""
+    n = b_len if own else seq_len
+    idx = (lambda i, b, h: i) if own else (lambda i, b, h: 0)
+    return (pl.BlockSpec((None, n, None, d_pad), lambda i, b, h: (b, idx(i, b, h), h, 0)),
+            pl.BlockSpec((None, None, n), lambda i, b, h: (b, h, idx(i, b, h))),
+            pl.BlockSpec((None, n), lambda i, b, h: (b, idx(i, b, h))))
+
+
+def _call(kernel, name, grid_len, blocks: BlockSizes, d, interpret, in_specs, out_specs, out_shape, *args):
+    num_warps = blocks.num_warps or (4 if d <= 64 else 8)
+    return pl.pallas_call(
+        kernel, grid=grid_len, in_specs=in_specs, out_specs=out_specs, out_shape=out_shape,
+        compiler_params=plgpu.CompilerParams(num_warps=num_warps, num_stages=blocks.num_stages),
+        interpret=interpret, name=name)(*args)
+
+
+def _forward(q, k, v, keep, causal, scale, kv_len, blocks: BlockSizes, interpret):
+    (b, t, h, d), s = q.shape, k.shape[1]
+    d_pad, bq = max(16, pl.next_power_of_2(d)), blocks.block_q
+    opts = dict(causal=causal, scale=scale, kv_len=kv_len, kv_pad=s, head_dim=d)
+    qo, lse_own, _ = _specs(bq, t, d_pad, own=True)
+    kv, _, keep_all = _specs(bq, s, d_pad, own=False)
+    return _call(
+        functools.partial(_forward_kernel, block_k=blocks.block_k, **opts), "frost_flash_forward",
+        (t // bq, b, h), blocks, d, interpret,
+        [qo, kv, kv, None if keep is None else keep_all], [qo, lse_own],
+        [jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct((b, h, t), jnp.float32)],
+        q, k, v, keep)
+
+
+def _backward(q, k, v, keep, o, lse, do, causal, scale, kv_len, blocks: BlockSizes, interpret):
+    (b, t, h, d), s = q.shape, k.shape[1]
+    d_pad = max(16, pl.next_power_of_2(d))
+    opts = dict(causal=causal, scale=scale, kv_len=kv_len, kv_pad=s, head_dim=d)
+    delta = jnp.sum(o.astype(jnp.float32) * do.astype(jnp.float32), axis=-1).transpose(0, 2, 1)  # (B, H, T)
+    keep_spec = lambda spec: None if keep is None else spec  # noqa: E731
+
+    bk = blocks.block_k_dkv  # dk, dv: one program per key block, all queries in its loop
+    q_all, rows_all, _ = _specs(bk, t, d_pad, own=False)
+    kv_own, _, keep_own = _specs(bk, s, d_pad, own=True)
+    dk, dv = _call(
+        functools.partial(_dkdv_kernel, block_q=blocks.block_q_dkv, **opts), "frost_flash_dkdv",
+        (s // bk, b, h), blocks, d, interpret,
+        [q_all, kv_own, kv_own, keep_spec(keep_own), q_all, rows_all, rows_all], [kv_own, kv_own],
+        [jax.ShapeDtypeStruct(k.shape, k.dtype)] * 2, q, k, v, keep, do, lse, delta)
+
+    bq = blocks.block_q_dq  # dq: one program per query block, all keys in its loop
+    q_own, rows_own, _ = _specs(bq, t, d_pad, own=True)
+    kv_all, _, keep_all = _specs(bq, s, d_pad, own=False)
+    dq = _call(
+        functools.partial(_dq_kernel, block_k=blocks.block_k_dq, **opts), "frost_flash_dq",
+        (t // bq, b, h), blocks, d, interpret,
+        [q_own, kv_all, kv_all, keep_spec(keep_all), q_own, rows_own, rows_own], q_own,
+        jax.ShapeDtypeStruct(q.shape, q.dtype), q, k, v, keep, do, lse, delta)
+    return dq, dk, dv
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6, 7, 8))
+def _flash(q, k, v, keep, causal, scale, kv_len, blocks, interpret):
+    return _forward(q, k, v, keep, causal, scale, kv_len, blocks, interpret)[0]
+
+
+def _flash_fwd(q, k, v, keep, causal, scale, kv_len, blocks, interpret):
+    o, lse = _forward(q, k, v, keep, causal, scale, kv_len, blocks, interpret)
+    return o, (q, k, v, keep, o, lse)  # lse: (B, H, T) fp32, log2 units
+
+
+def _flash_bwd(causal, scale, kv_len, blocks, interpret, residuals, do):
+    q, k, v, keep, o, lse = residuals
+    return (*_backward(q, k, v, keep, o, lse, do, causal, scale, kv_len, blocks, interpret), None)
+
+
+_flash.defvjp(_flash_fwd, _flash_bwd)
+
+
+def attention_reference(q, k, v, *, causal: bool = False, key_padding_mask=None, scale: float | None = None):
+    """The same function as `flash_attention`, written out in plain jnp with fp32 math.
+
+    Materialises the (B, H, T, S) scores; rows with no key to attend to return zeros.
+    """
+    t, s, d = q.shape[1], k.shape[1], q.shape[-1]
+    scale = d ** -0.5 if scale is None else scale
+    f32 = jnp.float32
+    scores = jnp.einsum("bthd,bshd->bhts", q.astype(f32), k.astype(f32)) * scale  # (B, H, T, S)
+    valid = jnp.ones((1, 1, t, s), bool)
+    if causal:
+        valid = jnp.tril(valid)
+    if key_padding_mask is not None:
+        valid = jnp.logical_and(valid, key_padding_mask[:, None, None, :])
+    scores = jnp.where(valid, scores, -jnp.inf)
+    m = lax.stop_gradient(scores.max(axis=-1, keepdims=True))
+    m = jnp.where(jnp.isfinite(m), m, 0.0)
+    p = jnp.where(valid, jnp.exp(scores - m), 0.0)
+    denom = p.sum(axis=-1, keepdims=True)
+    p = p / jnp.where(denom == 0.0, 1.0, denom)
+    return jnp.einsum("bhts,bshd->bthd", p, v.astype(f32)).astype(q.dtype)

@@ -1,0 +1,70 @@
+"""Scaled dot-product attention for frost.nn, with one switch between two implementations.
+
+    o = dot_product_attention(q, k, v, causal=True)   # q: (B, T, H, D), k, v: (B, S, H, D) -> (B, T, H, D)
+
+- "pallas": `frost.kernels.flash_attention`, Frost's Pallas flash-attention kernels (forward and
+  backward). Compiled through Triton on a GPU; on a CPU it runs in Pallas interpret mode, which
+  is correct but slow (tests only).
+- "xla": `jax.nn.dot_product_attention` (its default XLA implementation), for CPUs and TPUs.
+- None (auto): the module default if one is set, else "pallas" on a GPU and "xla" elsewhere.
+
+The module default comes from the environment variable FROST_ATTENTION=pallas|xla at import,
+or from `set_attention_implementation("pallas" | "xla" | None)`; the `implementation` argument
+overrides both. The choice is made when a function is traced: a jitted function keeps the
+implementation it was traced with.
+
+Both give the same function: key_padding_mask (B, S) bool is True where a key may be attended
+(jax.nn's `mask` convention; PyTorch's key_padding_mask is the opposite), the causal mask is
+aligned top-left (query i sees keys 0..i), and a query row with no key to attend to gives zeros.
+"""
+from __future__ import annotations
+
+import os
+
+import jax
+import jax.numpy as jnp
+
+from frost.kernels.attention import flash_attention
+
+IMPLEMENTATIONS = ("pallas", "xla")
+
+
+def _checked(name, source: str):
+    if name is not None and name not in IMPLEMENTATIONS:
+        raise ValueError(f"{source} must be one of {IMPLEMENTATIONS} or unset (auto), got {name!r}")
+    return name
+
+
+_default = _checked(os.environ.get("FROST_ATTENTION") or None, "FROST_ATTENTION")
+
+
+def set_attention_implementation(name: str | None) -> str | None:
+    """Set the module default ("pallas", "xla", or None for auto); returns the previous one."""
+    global _default
+    previous, _default = _default, _checked(name, "set_attention_implementation(name)")
+    return previous
+
+
+def attention_implementation(implementation: str | None = None) -> str:
+    """The implementation `dot_product_attention(..., implementation=implementation)` will use."""
+    name = _checked(implementation, "implementation") or _default
+    return name or ("pallas" if jax.default_backend() == "gpu" else "xla")
+
+
+def dot_product_attention(q, k, v, *, causal: bool, key_padding_mask=None, scale: float | None = None,
+                          implementation: str | None = None):
+    """softmax(scale q k^T) v per batch and head; scale defaults to 1/sqrt(D). See the module docstring."""
+    if attention_implementation(implementation) == "pallas":
+        return flash_attention(q, k, v, causal=causal, key_padding_mask=key_padding_mask, scale=scale)
+    mask = None if key_padding_mask is None else key_padding_mask[:, None, None, :]  # (B, 1, 1, S)
+    out = jax.nn.dot_product_attention(q, k, v, mask=mask, scale=scale, is_causal=causal)
+    if key_padding_mask is None:
+        return out
+    # jax.nn averages v over a row whose keys are all masked; give zeros there, as the kernel does.
+    t, s = q.shape[1], k.shape[1]
+    if causal:  # row i may attend keys 0..i: does any of them survive the mask?
+        seen = jnp.cumsum(key_padding_mask.astype(jnp.int32), axis=1) > 0  # (B, S)
+        has_key = seen[:, jnp.minimum(jnp.arange(t), s - 1)]  # (B, T)
+    else:
+        has_key = jnp.broadcast_to(key_padding_mask.any(axis=1, keepdims=True), (q.shape[0], t))
+    return jnp.where(has_key[:, :, None, None], out, jnp.zeros((), out.dtype))
