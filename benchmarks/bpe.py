@@ -9,12 +9,14 @@ with byte fallback (its own whitespace pre-tokenisation, so not the same work). 
 of the corpus, in a batch — Frost `encode_batch` (processes) with a fresh tokenizer each repeat, so
 its chunk cache starts cold; HF `encode_batch` (threads); SentencePiece `encode`; tiktoken
 `encode_ordinary_batch` loaded with Frost's merges (same regex; we check its ids match ours).
-Times are medians of --repeats runs (one run on the 50 MB corpus). Ratios are frost/peer seconds:
+Times are medians of --repeats runs (one run on the 50 MB corpus); the encode times of HF and
+SentencePiece include summing the lengths of their outputs (a few ms). Ratios are frost/peer seconds:
 below 1 means Frost is faster. A profile of Frost's single-process time follows the table.
 """
 from __future__ import annotations
 
 import argparse
+import gc
 import io
 import os
 import platform
@@ -30,6 +32,7 @@ from frost.text import GPT4_PATTERN, Tokenizer, kjv_text, split_chunks, train, t
 def timed(fn, repeats: int):
     times, out = [], None
     for _ in range(repeats):
+        out = None
         t = time.perf_counter()
         out = fn()
         times.append(time.perf_counter() - t)
@@ -112,33 +115,39 @@ def main(argv=None) -> int:
         mb = len(text.encode("utf-8")) / 1e6
         reps = args.repeats if mb < 10 else 1
         for vocab in vocabs:
-            res = {}
+            res = {}  # library -> (train s, encode s, tokens); id lists are dropped at once so that
+            # garbage collection of millions of held lists does not slow the next measurement
             t, tok = timed(lambda: train(text, vocab), reps)
             te, ids = timed(lambda: Tokenizer(tok.merges, tok.special, tok.pattern).encode_batch(lines), reps)
-            res["frost"] = (t, te, ids)
+            res["frost"] = (t, te, sum(map(len, ids)))
             if not args.no_peers:
-                t, hf = timed(lambda: hf_train(lines, vocab), reps)
-                te, enc = timed(lambda: hf.encode_batch(lines), reps)
-                res["HF tokenizers"] = (t, te, [e.ids for e in enc])
-                t, sp = timed(lambda: sp_train([s.rstrip("\n") for s in lines], vocab), reps)
-                stripped = [s.rstrip("\n") for s in lines]
-                te, sids = timed(lambda: sp.encode(stripped), reps)
-                res["SentencePiece"] = (t, te, sids)
                 try:
                     tk = tiktoken_from(tok)
                     te, tids = timed(lambda: tk.encode_ordinary_batch(lines, num_threads=os.cpu_count()), reps)
-                    res["tiktoken (Frost merges)"] = (None, te, tids)
+                    res["tiktoken (Frost merges)"] = (None, te, sum(map(len, tids)))
                     same = sum(a == b for a, b in zip(tids, ids)) / len(ids)
                     notes.append(f"{name} {vocab}: tiktoken with Frost's merges gives Frost's ids on {100 * same:.2f}% of lines")
+                    del tids
                 except Exception as e:  # report, don't hide
                     notes.append(f"{name} {vocab}: tiktoken could not load Frost's merges: {e!r}")
+                del ids
+                gc.collect()
+                t, hf = timed(lambda: hf_train(lines, vocab), reps)
+                te, n = timed(lambda: sum(len(e.ids) for e in hf.encode_batch(lines)), reps)
+                res["HF tokenizers"] = (t, te, n)
+                stripped = [s.rstrip("\n") for s in lines]
+                t, sp = timed(lambda: sp_train(stripped, vocab), reps)
+                te, n = timed(lambda: sum(map(len, sp.encode(stripped))), reps)
+                res["SentencePiece"] = (t, te, n)
+                del hf, sp, stripped
+                gc.collect()
             ft, fe, _ = res["frost"]
-            for lib, (t, te, out) in res.items():
-                n_tok = sum(map(len, out))
+            for lib, (t, te, n_tok) in res.items():
                 rows.append([name, f"{mb:.1f}", str(vocab), lib, "-" if t is None else f"{t:.2f}",
                              "-" if t is None else f"{ft / t:.2f}", f"{te:.2f}", f"{mb / te:.1f}", f"{fe / te:.2f}",
-                             f"{mb * 1e6 / n_tok:.3f}"])
-            print(" | ".join(rows[-1]), file=sys.stderr, flush=True)
+                             f"{mb * 1e6 / n_tok:.4f}"])
+                print(" | ".join(rows[-1]), file=sys.stderr, flush=True)
+            gc.collect()
         notes += [f"{name}: {line}" for line in profile(text, vocabs[-1])]
     head = ["corpus", "MB", "vocab", "library", "train s", "frost/peer", "encode s", "encode MB/s",
             "frost/peer", "bytes/token"]

@@ -9,6 +9,7 @@ import regex
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from frost.text.bpe import _pieces
 from frost.text import (GPT4_PATTERN, Tokenizer, count_chunks, kjv_text, load, save, split_chunks,
                         stream_files, token_dtype, train, train_counts)
 
@@ -166,8 +167,11 @@ def test_streaming_matches_in_memory(tmp_path):
     path.write_text(text, encoding="utf-8")
     whole = count_chunks(text, workers=1)
     assert count_chunks(stream_files([path], size=1000), workers=1) == whole
-    many = count_chunks([text] * 8, workers=2)  # 1.6 MB: two batches, two worker processes
-    assert many == Counter({c: 8 * n for c, n in whole.items()})
+    kjv = kjv_text()  # 4 MB: cut into ~1 MB pieces, counted in two worker processes
+    assert count_chunks(kjv, workers=2) == Counter(regex.findall(GPT4_PATTERN, kjv))
+    pieces = list(_pieces(text, size=700))
+    assert "".join(pieces) == text and len(pieces) > 200
+    assert Counter(c for p in pieces for c in split_chunks(GPT4_PATTERN, p)) == whole
     assert sum(n * len(c) for c, n in whole.items()) == len(text)
 
 
