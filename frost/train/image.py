@@ -36,7 +36,7 @@ DATASETS = {  # name: (loader of (images, labels) per split, crop padding, norma
 class Config:
     model: str = "resnet20"
     data: str = "fashion-mnist"
-    epochs: int = 3
+    epochs: int = 5
     batch_size: int = 128
     lr: float = 0.1
     optimizer: str = "sgd"
