@@ -28,6 +28,15 @@ def _check_channels(layer, x, channels: int, min_ndim: int, ref):
     check_float_input(layer, x, ref, f"(N, ..., {channels})")
 
 
+def _check_trailing(layer, x) -> tuple:
+    """LayerNorm/RMSNorm input check: x ends with `layer.shape`; returns those trailing axes."""
+    k = len(layer.shape)
+    if getattr(x, "ndim", 0) < k or tuple(x.shape[x.ndim - k:]) != layer.shape:
+        raise shape_error(layer, f"(..., {', '.join(map(str, layer.shape))})", x)
+    check_float_input(layer, x, layer.weight if layer.weight is not None else x, "a floating array")
+    return tuple(range(x.ndim - k, x.ndim))
+
+
 class BatchNorm(Module):
     weight: jax.Array | None  # (C,)
     bias: jax.Array | None  # (C,)
@@ -74,11 +83,7 @@ class LayerNorm(Module):
         self.eps = eps
 
     def __call__(self, x):  # (..., *shape) -> same
-        k = len(self.shape)
-        if getattr(x, "ndim", 0) < k or tuple(x.shape[x.ndim - k:]) != self.shape:
-            raise shape_error(self, f"(..., {', '.join(map(str, self.shape))})", x)
-        check_float_input(self, x, self.weight if self.weight is not None else x, "a floating array")
-        axes = tuple(range(x.ndim - k, x.ndim))
+        axes = _check_trailing(self, x)
         mean, var = jnp.mean(x, axes, keepdims=True), jnp.var(x, axes, keepdims=True)
         return _affine((x - mean) * jax.lax.rsqrt(var + self.eps), self.weight, self.bias)
 
@@ -96,12 +101,9 @@ class RMSNorm(Module):
         self.eps = eps
 
     def __call__(self, x):  # (..., *shape) -> same
-        k = len(self.shape)
-        if getattr(x, "ndim", 0) < k or tuple(x.shape[x.ndim - k:]) != self.shape:
-            raise shape_error(self, f"(..., {', '.join(map(str, self.shape))})", x)
-        check_float_input(self, x, self.weight if self.weight is not None else x, "a floating array")
+        axes = _check_trailing(self, x)
         eps = jnp.finfo(x.dtype).eps if self.eps is None else self.eps
-        ms = jnp.mean(jnp.square(x), tuple(range(x.ndim - k, x.ndim)), keepdims=True)
+        ms = jnp.mean(jnp.square(x), axes, keepdims=True)
         return _affine(x * jax.lax.rsqrt(ms + eps), self.weight, None)
 
 
