@@ -1,6 +1,6 @@
 """Image loading throughput: decode JPEG + augment + batch with Frost, torch and Grain.
 
-    flock /tmp/frost-bench.lock python benchmarks/loader.py          # about two minutes on 2 cores
+    flock /tmp/frost-bench.lock python benchmarks/loader.py          # about three minutes on 2 cores
     python benchmarks/loader.py --images 2048 --repeats 1             # a quick look
 
 The work: `--images` Fashion-MNIST training images, upscaled to 64x64 RGB and saved as JPEG
@@ -13,9 +13,13 @@ RandomFlip and Normalize with a per-sample numpy Generator — and batches 128 f
   default collate and start method,
 - Grain: `grain.python.DataLoader(worker_count=w)` with a RandomMapTransform and Batch.
 
-Each loader streams batches across epochs; the first `--warmup` batches (worker start-up, filling
-the pipeline) are not timed, then `--repeats` windows of `--batches` batches are. The table gives
-the median images/s over the windows and Frost (default backend) over each peer.
+Each loader streams batches across epochs. For each worker count all loaders are started (the
+first batch, worker start-up included, is not timed), then they take turns: `--repeats` rounds,
+each giving every loader `--warmup` untimed batches (draining what it prefetched while waiting)
+and a timed window of `--batches` batches. Taking turns makes a change in the machine's load
+(other jobs share it) hit every loader alike. The tables give the median over the windows of
+images/s and of CPU seconds (all processes of the loader) per 1000 images, and Frost's
+process backend (the default) against each peer.
 """
 from __future__ import annotations
 
@@ -107,24 +111,50 @@ def cpu_seconds(pid=None):
         return 0.0
 
 
-def measure(batches, warmup, count, repeats):
-    """(median images/s over `repeats` windows of `count` batches, seconds to the first batch,
-    median CPU seconds (all processes of the loader) per 1000 images)."""
-    start = time.perf_counter()
+def start(batches):
+    """Seconds to the first batch (worker start-up included), checking what it holds."""
+    t0 = time.perf_counter()
     first = next(batches)
     assert tuple(first.shape) == (BATCH, SIZE, SIZE, 3) and str(first.dtype).endswith("float32"), first.dtype
-    first_s = time.perf_counter() - start
-    for _ in range(warmup - 1):
+    return time.perf_counter() - t0
+
+
+def window(batches, skip, count):
+    """(images/s, CPU seconds per 1000 images) over `count` batches, after `skip` untimed ones that
+    drain what the loader prefetched while the other loaders had their turn."""
+    for _ in range(skip):
         next(batches)
-    rates, cpus = [], []
-    for _ in range(repeats):
-        start, cpu = time.perf_counter(), cpu_seconds()
-        for _ in range(count):
-            next(batches)
-        rates.append(count * BATCH / (time.perf_counter() - start))
-        cpus.append((cpu_seconds() - cpu) * 1000 / (count * BATCH))
-    batches.close()  # stops the workers
-    return statistics.median(rates), first_s, statistics.median(cpus)
+    t0, cpu = time.perf_counter(), cpu_seconds()
+    for _ in range(count):
+        next(batches)
+    return count * BATCH / (time.perf_counter() - t0), (cpu_seconds() - cpu) * 1000 / (count * BATCH)
+
+
+def compare(runs, source, workers, args):
+    """{name: (median images/s, seconds to first batch, median CPU s per 1000 images) or the error}.
+
+    All loaders run at once and take turns, one timed window each per round, so a change in the
+    machine's load (other jobs share it) hits every loader alike.
+    """
+    streams, first, samples, out = {}, {}, {}, {}
+    for name, run in runs.items():
+        try:
+            streams[name] = run(source, workers)
+            first[name], samples[name] = start(streams[name]), []
+        except Exception as e:  # noqa: BLE001 - a failing peer must not stop the others
+            out[name] = e
+            streams.pop(name, None)
+            print(f"{name}, {workers} workers: failed: {e!r}", file=sys.stderr, flush=True)
+    for _ in range(args.repeats):
+        for name, batches in streams.items():
+            samples[name].append(window(batches, args.warmup, args.batches))
+    for name, batches in streams.items():
+        batches.close()  # stops its workers
+        rates, cpus = zip(*samples[name])
+        out[name] = (statistics.median(rates), first[name], statistics.median(cpus))
+        print(f"{name}, {workers} workers: {out[name][0]:.0f} images/s (windows: {', '.join(f'{r:.0f}' for r in rates)}), "
+              f"{out[name][2]:.2f} CPU s per 1000 images, first batch after {first[name]:.2f} s", file=sys.stderr)
+    return out
 
 
 def cpu_model():
@@ -140,8 +170,8 @@ def main():
     parser.add_argument("--images", type=int, default=4096)
     parser.add_argument("--workers", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--warmup", type=int, default=8)
-    parser.add_argument("--batches", type=int, default=32)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--batches", type=int, default=24)
+    parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
     runs = {"Frost (process)": frost_batches, "Frost (thread)": lambda s, w: frost_batches(s, w, "thread"),
             "torch DataLoader": torch_batches, "Grain DataLoader": grain_batches}
@@ -149,17 +179,8 @@ def main():
     with tempfile.TemporaryDirectory(prefix="frost-bench-") as tmp:
         source = make_folder(pathlib.Path(tmp), args.images)
         for workers in args.workers:
-            for name, run in runs.items():
-                if name == "Frost (thread)" and workers == 0:
-                    continue  # the same code path as the process backend
-                try:
-                    results[name, workers] = measure(run(source, workers), args.warmup, args.batches, args.repeats)
-                    rate, first_s, cpu = results[name, workers]
-                    print(f"{name}, {workers} workers: {rate:.0f} images/s, {cpu:.2f} CPU s per 1000 images "
-                          f"(first batch after {first_s:.2f} s)", file=sys.stderr, flush=True)
-                except Exception as e:  # noqa: BLE001 - a failing peer must not stop the others
-                    results[name, workers] = e
-                    print(f"{name}, {workers} workers: failed: {e!r}", file=sys.stderr, flush=True)
+            chosen = {n: r for n, r in runs.items() if not (n == "Frost (thread)" and workers == 0)}  # same as process
+            results.update({(n, workers): r for n, r in compare(chosen, source, workers, args).items()})
 
     def cell(name, workers, i=0, fmt="{:.0f}"):
         r = results.get((name, workers))

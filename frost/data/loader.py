@@ -22,7 +22,8 @@ How it works
   position. A loader restored from it may use another worker count, or another process count:
   the global batches are the same and the sampler re-splits them.
 - Workers are spawned, never forked (the main process may be running JAX's threads), and start
-  through `_boot.py`, which keeps JAX out of them.
+  through `_boot.py`, which keeps JAX out of them. As with any spawned process, the main script
+  is imported again in each worker, so guard its entry point with `if __name__ == "__main__":`.
 - An exception in a worker is raised in the main process as a WorkerError carrying the worker's
   traceback and the sample index. A worker that dies (a signal, the OOM killer) is seen at once
   through its process sentinel and raised as a WorkerError too; the loader never hangs on it.
@@ -162,6 +163,14 @@ class _Processes:
             for i in range(slots):
                 self.segments.append(shared_memory.SharedMemory(f"{tag}_{i}", create=True, size=layout.nbytes))
             self.slots = [layout.views(s.buf) for s in self.segments]
+            # The source travels on our pipe, not in Process args: a child that dies before reading
+            # its args would block Process.start() forever, but a dead pipe end fails our send.
+            try:
+                payload = pickle.dumps((source, transform, seed, layout, [s.name for s in self.segments]))
+            except Exception as e:
+                e.add_note("frost.data: the process backend pickles the source and transform for its workers; "
+                           "define them at module level (no lambdas or local classes), or use backend='thread'")
+                raise
             ctx = mp.get_context("spawn")
             for w in range(count):
                 here, there = ctx.Pipe()
@@ -171,9 +180,6 @@ class _Processes:
                 there.close()
                 self.procs.append(proc)
                 self.conns.append(here)
-            # The source travels on our pipe, not in Process args: a child that dies before reading
-            # its args would block Process.start() forever, but a dead pipe end fails our send.
-            payload = pickle.dumps((source, transform, seed, layout, [s.name for s in self.segments]))
             for w in range(count):
                 self.submit(w, payload, raw=True)
         except BaseException:
