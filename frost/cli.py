@@ -55,11 +55,15 @@ def _plot(args):
     print(plot(args.run_dir, args.output))
 
 
+# The trainable models, named here so that building the parser does not import JAX (which
+# slows every command, `frost tokenizer` included); a test checks it against resnet.MODELS.
+MODEL_NAMES = ("cifar_resnet18", "gpt", "resnet18", "resnet20", "resnet34", "resnet50", "resnet56")
+
+
 def _train_commands(sub):
-    from frost.models.resnet import MODELS
     p = sub.add_parser("train", help="train a model on real data",
                        description="Train a ResNet on images or a GPT on text; progress bar, metrics.jsonl, checkpoints in --out.")
-    p.add_argument("model", choices=sorted(MODELS) + ["gpt"])
+    p.add_argument("model", choices=MODEL_NAMES)
     p.add_argument("--data", help="resnets: fashion-mnist (default), cifar10, or a folder with train/ and test/; "
                                   "gpt: kjv (default) or a UTF-8 text file")
     p.add_argument("--epochs", type=int, help="default 5 (resnets), 1 (gpt)")

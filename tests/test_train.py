@@ -177,3 +177,11 @@ def test_frost_train_gpt_and_sample_on_kjv(tmp_path, capsys):
     assert (out / "tokenizer.json").exists() and (out / "train.bin").stat().st_size > 0
     cli(["sample", str(out), "--prompt", "And God said", "--tokens", "5"])
     assert capsys.readouterr().out.startswith("And God said")
+
+
+def test_cli_model_names_match_the_models_and_keep_jax_out_of_start_up():
+    from frost.cli import MODEL_NAMES
+    assert set(MODEL_NAMES) == set(resnet.MODELS) | {"gpt"}
+    code = "import sys; from frost.cli import _build_parser; _build_parser(); print('jax' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "False", out.stderr
