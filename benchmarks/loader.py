@@ -16,8 +16,11 @@ RandomFlip and Normalize with a per-sample numpy Generator — and batches 128 f
 Each loader streams batches across epochs. For each worker count all loaders are started (the
 first batch, worker start-up included, is not timed), then they take turns: `--repeats` rounds,
 each giving every loader `--warmup` untimed batches (draining what it prefetched while waiting)
-and a timed window of `--batches` batches. Taking turns makes a change in the machine's load
-(other jobs share it) hit every loader alike. The tables give the median over the windows of
+and a timed window of `--batches` batches. The consumer reads every page of each batch (as a
+training step does), so no loader gains by handing out memory that is never touched. Before
+each window the script waits until no loader is using CPU, so no loader's background work
+runs in another's window. Taking turns makes a change in the machine's load (other jobs
+share it) hit every loader alike. The tables give the median over the windows of
 images/s and of CPU seconds (all processes of the loader) per 1000 images, and Frost's
 process backend (the default) against each peer.
 """
@@ -119,14 +122,36 @@ def start(batches):
     return time.perf_counter() - t0
 
 
+def touch(batch):
+    """Read one float of every 4 KiB page, as a training step (or a device copy) reads the whole
+    batch: a batch that arrives in fresh shared memory (torch's) costs its page faults only when
+    it is first read, which an untouched batch would hide."""
+    return float(np.asarray(batch).reshape(-1)[::1024].sum())
+
+
+def settle(quiet=0.02, interval=0.2, limit=15.0):
+    """Wait until the loaders' processes stop using CPU (their prefetch buffers are full), so
+    that one loader's background work does not run during the next one's window. (Grain's
+    workers keep working for a while after its window; without this, whichever loader came
+    next was measured up to 40% slower.)"""
+    end, last = time.perf_counter() + limit, cpu_seconds()
+    while time.perf_counter() < end:
+        time.sleep(interval)
+        now = cpu_seconds()
+        if now - last < quiet:
+            return
+        last = now
+
+
 def window(batches, skip, count):
-    """(images/s, CPU seconds per 1000 images) over `count` batches, after `skip` untimed ones that
-    drain what the loader prefetched while the other loaders had their turn."""
+    """(images/s, CPU seconds per 1000 images) over `count` batches, after the machine is quiet
+    and `skip` untimed batches that drain what the loader prefetched while the others had their turn."""
+    settle()
     for _ in range(skip):
-        next(batches)
+        touch(next(batches))
     t0, cpu = time.perf_counter(), cpu_seconds()
     for _ in range(count):
-        next(batches)
+        touch(next(batches))
     return count * BATCH / (time.perf_counter() - t0), (cpu_seconds() - cpu) * 1000 / (count * BATCH)
 
 
