@@ -78,7 +78,7 @@ def attempt(rows: list, model: str, framework: str, batch: int, fn, baseline: bo
     try:
         row = Row(model, framework, batch, fn(), baseline=baseline)
         t = row.timing
-        print(f"[{model}] {framework}: {row.images_per_s:.1f} img/s, first call {t.first_s:.1f} s, "
+        print(f"[{model}] {framework}: {row.images_per_s:.1f}/s, first call {t.first_s:.1f} s, "
               f"loss {t.loss:.4f}", file=sys.stderr, flush=True)
     except Exception as e:  # noqa: BLE001 - a failing peer must not stop the others
         traceback.print_exc()
@@ -92,9 +92,10 @@ def one_line(text: str, limit: int = 200) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
-def table(rows: list) -> str:
-    """A markdown table; frost/peer is Frost's img/s over the row's, for the same model."""
-    out = ["| model | framework | img/s | ms/step | compile s | loss | frost/peer |",
+def table(rows: list, unit: str = "img/s") -> str:
+    """A markdown table; frost/peer is Frost's throughput over the row's, for the same model.
+    `unit` names what Row.batch counts per step (images, tokens)."""
+    out = [f"| model | framework | {unit} | ms/step | compile s | loss | frost/peer |",
            "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
     base = {r.model: r.images_per_s for r in rows if r.baseline and r.images_per_s}
     for r in rows:

@@ -126,6 +126,37 @@ def tune(seqs, head_dims, dtype):
                 print(f"best for T={t} D={d} causal={causal}: BlockSizes({best})", flush=True)
 
 
+def measure_all(impls, frost_name, dims, seqs, gpu, dtype, peak, lines):
+    """Append one table row per (pass, mask, D, T, implementation) to `lines`."""
+    for backward in (False, True):
+        for causal in (False, True):
+            for d in dims:
+                for t in seqs:
+                    b, h = (max(1, 16384 // t), 2048 // d) if gpu else (1, 4)
+                    args_ = inputs(b, t, h, d, dtype)
+                    tflops = {}
+                    for name, attend in impls.items():
+                        print(f"[T={t} D={d} causal={causal} bwd={backward}] {name} ...", file=sys.stderr, flush=True)
+                        try:
+                            s = time_one(step_fn(attend, causal, backward), args_)
+                            tflops[name] = (s, flops(b, t, h, d, causal, backward) / s / 1e12)
+                        except Exception as e:  # noqa: BLE001 - a failing peer must not stop the others
+                            traceback.print_exc()
+                            tflops[name] = (None, one_line(f"{type(e).__name__}: {e}"))
+                    ours = tflops[frost_name][0] and tflops[frost_name][1]
+                    peers = [v[1] for n, v in tflops.items() if n != frost_name and v[0]]
+                    for name, (s, value) in tflops.items():
+                        row = ["fwd+bwd" if backward else "fwd", str(causal), str(t), str(d), f"{b} x {h}", name]
+                        if s is None:
+                            lines.append(row + [f"failed: {value}", "", "", ""])
+                            continue
+                        other = max(peers, default=None) if name == frost_name else value
+                        ratio = f"{ours / other:.2f}" if ours and other else "n/a"
+                        pct = f"{100 * value / peak:.0f}%" if peak else "n/a"
+                        lines.append(row + [f"{1e3 * s:.2f}", f"{value:.3g}", pct, ratio])
+                        print(" | ".join(lines[-1]), file=sys.stderr, flush=True)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="one small shape, for a smoke run")
@@ -161,33 +192,10 @@ def main(argv=None):
     frost_name = next(iter(impls))
     head = ["pass", "causal", "T", "D", "B x H", "implementation", "ms", "TFLOP/s", "% of peak", "frost/peer"]
     lines = []
-    for backward in (False, True):
-        for causal in (False, True):
-            for d in dims:
-                for t in seqs:
-                    b, h = (max(1, 16384 // t), 2048 // d) if gpu else (1, 4)
-                    args_ = inputs(b, t, h, d, dtype)
-                    tflops = {}
-                    for name, attend in impls.items():
-                        print(f"[T={t} D={d} causal={causal} bwd={backward}] {name} ...", file=sys.stderr, flush=True)
-                        try:
-                            s = time_one(step_fn(attend, causal, backward), args_)
-                            tflops[name] = (s, flops(b, t, h, d, causal, backward) / s / 1e12)
-                        except Exception as e:  # noqa: BLE001 - a failing peer must not stop the others
-                            traceback.print_exc()
-                            tflops[name] = (None, one_line(f"{type(e).__name__}: {e}"))
-                    ours = tflops[frost_name][0] and tflops[frost_name][1]
-                    peers = [v[1] for n, v in tflops.items() if n != frost_name and v[0]]
-                    for name, (s, value) in tflops.items():
-                        row = ["fwd+bwd" if backward else "fwd", str(causal), str(t), str(d), f"{b} x {h}", name]
-                        if s is None:
-                            lines.append(row + [f"failed: {value}", "", "", ""])
-                            continue
-                        other = max(peers, default=None) if name == frost_name else value
-                        ratio = f"{ours / other:.2f}" if ours and other else "n/a"
-                        pct = f"{100 * value / peak:.0f}%" if peak else "n/a"
-                        lines.append(row + [f"{1e3 * s:.2f}", f"{value:.3g}", pct, ratio])
-                        print(" | ".join(lines[-1]), file=sys.stderr, flush=True)
+    try:
+        measure_all(impls, frost_name, dims, seqs, gpu, dtype, peak, lines)
+    except KeyboardInterrupt:  # Ctrl-C or `timeout -s INT` (benchmarks/gpu.sh): print what was measured
+        notes.append("interrupted: the rows above are the shapes measured before the time limit")
 
     title = "Attention throughput" + ("" if gpu else " (CPU: sanity check only)")
     print(header(title, gpu=device.device_kind if gpu else None, libraries=("jax", "jaxlib")), "", sep="\n")
