@@ -66,7 +66,7 @@ def _train_commands(sub):
     p.add_argument("model", choices=MODEL_NAMES)
     p.add_argument("--data", help="resnets: fashion-mnist (default), cifar10, or a folder with train/ and test/; "
                                   "gpt: kjv (default) or a UTF-8 text file")
-    p.add_argument("--epochs", type=int, help="default 5 (resnets), 1 (gpt)")
+    p.add_argument("--epochs", type=int, help="default 5 (resnets), 3 (gpt)")
     p.add_argument("--batch-size", type=int, help="default 128 (resnets), 32 (gpt)")
     p.add_argument("--lr", type=float, help="peak learning rate (default 0.1 resnets, 2e-3 gpt)")
     p.add_argument("--optimizer", choices=["sgd", "adamw", "lion"], help="default sgd (resnets), adamw (gpt)")

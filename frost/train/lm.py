@@ -32,7 +32,7 @@ class Config:
     dim: int = 192
     depth: int = 4
     heads: int = 4
-    epochs: int = 1
+    epochs: int = 3
     batch_size: int = 32
     lr: float = 2e-3
     optimizer: str = "adamw"
@@ -119,7 +119,7 @@ def train(cfg: Config, resume: bool = False, progress: bool = True) -> dict:
         state = loop.fit(state, loop.make_train_step(optimizer, lm_loss, shardings=shardings), loader,
                          epochs=cfg.epochs, run_dir=run_dir, eval_fn=eval_fn, meta={"config": dataclasses.asdict(cfg)},
                          progress=progress, max_steps=cfg.max_steps, unit="tokens", count=lambda b: b[0].size,
-                         place=place)
+                         place=place, eval_name="validation")
     seconds = time.perf_counter() - start
     result = {"val_loss": eval_fn(state.model)["loss"], "steps": state.step, "seconds": seconds,
               "tokens_per_s": state.step * cfg.batch_size * cfg.seq_len / seconds,

@@ -145,11 +145,12 @@ def save(run_dir, state: TrainState, keep: int = 3, **meta) -> pathlib.Path | No
 
 def fit(state: TrainState, train_step, loader, *, epochs: int, run_dir, eval_fn=None, keep: int = 3,
         log_every: int = 20, meta: dict | None = None, progress: bool = True, max_steps: int | None = None,
-        unit: str = "images", count=lambda batch: len(jax.tree.leaves(batch)[0]), place=lambda batch: batch):
+        unit: str = "images", count=lambda batch: len(jax.tree.leaves(batch)[0]), place=lambda batch: batch,
+        eval_name: str = "test"):
     """Train until `loader.epoch == epochs` (or `max_steps`), checkpointing after every epoch.
 
     `loader` is positioned already (a `frost.data.Loader` built with `state=state.loader_state`).
-    `eval_fn(model) -> dict` runs after each epoch. Metrics go to `run_dir/metrics.jsonl`, with the
+    `eval_fn(model) -> dict` runs after each epoch, logged as `{eval_name}_{key}`. Metrics go to `run_dir/metrics.jsonl`, with the
     throughput in `unit`s per second (`count(batch)` of them per batch: rows by default).
     `place(batch)` puts a loader batch on the devices (e.g. frost.parallel.global_batch).
     """
@@ -192,9 +193,9 @@ def fit(state: TrainState, train_step, loader, *, epochs: int, run_dir, eval_fn=
             if loader.epoch > epoch and eval_fn is not None:
                 result = eval_fn(state.model)
                 state = dataclasses.replace(state, last_eval=result)
-                write({"step": state.step, "epoch": epoch, **{f"test_{k}": v for k, v in result.items()}})
+                write({"step": state.step, "epoch": epoch, **{f"{eval_name}_{k}": v for k, v in result.items()}})
                 if progress:
-                    print(f"epoch {epoch + 1}: " + ", ".join(f"test {k} {v:.4f}" for k, v in result.items()),
+                    print(f"epoch {epoch + 1}: " + ", ".join(f"{eval_name} {k} {v:.4f}" for k, v in result.items()),
                           flush=True)
             save(run_dir, state, keep, **meta)
     return state

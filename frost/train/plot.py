@@ -25,11 +25,12 @@ def plot(run_dir, out=None) -> pathlib.Path:
         raise ImportError("frost plot needs matplotlib: pip install 'frost[plot]'") from e
     records = read_metrics(run_dir)
     train = [r for r in records if "loss" in r]
-    test = [r for r in records if "test_loss" in r]
     fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(10, 4))
     ax_loss.plot([r["step"] for r in train], [r["loss"] for r in train], label="train")
-    if test:
-        ax_loss.plot([r["step"] for r in test], [r["test_loss"] for r in test], "o-", label="test")
+    for name in ("test", "validation"):  # what fit(eval_name=...) logged after each epoch
+        rows = [r for r in records if f"{name}_loss" in r]
+        if rows:
+            ax_loss.plot([r["step"] for r in rows], [r[f"{name}_loss"] for r in rows], "o-", label=name)
     for key, label in (("accuracy", "train"), ("test_accuracy", "test")):
         rows = [r for r in records if key in r]
         if rows:
