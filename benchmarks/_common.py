@@ -58,6 +58,25 @@ def measure(step, sync, *, warmup: int = 2, steps: int = 5, inner: int = 1) -> T
     return Timing(first, samples, None if loss is None else float(loss))
 
 
+def measure_torch(loss_fn, opt, device, args) -> Timing:
+    """`measure` a PyTorch training step: zero the grads, `loss_fn()`, backward, `opt.step()`;
+    `args` gives warmup, steps and inner."""
+    import torch
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn()
+        loss.backward()
+        opt.step()
+        return loss
+
+    def sync(loss):
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        return loss.item()
+    return measure(step, sync, warmup=args.warmup, steps=args.steps, inner=args.inner)
+
+
 @dataclasses.dataclass
 class Row:
     model: str
@@ -163,3 +182,27 @@ def header(title: str, gpu: str | None = None, libraries=()) -> str:
              f"- python {platform.python_version()}" + (f", {versions(*libraries)}" if libraries else ""),
              f"- command: `{command()}`"]
     return "\n".join(lines)
+
+
+class Publisher:
+    """--out FILE: after each row, the report so far replaces this run's part of FILE (what was in
+    it before stays), so a run that is killed still leaves the rows it measured."""
+
+    def __init__(self, path):
+        self.path = path
+        if path and not os.path.exists(path):
+            open(path, "w").close()
+        self.start = os.path.getsize(path) if path and os.path.isfile(path) else None
+
+    def __call__(self, report, final=False):
+        if not self.path:
+            return
+        if self.start is None:  # not a regular file (/dev/null, a pipe): write the final report only
+            if final:
+                with open(self.path, "a") as f:
+                    f.write(report + "\n\n")
+            return
+        with open(self.path, "r+") as f:
+            f.seek(self.start)
+            f.truncate()
+            f.write(report + "\n\n")

@@ -33,7 +33,7 @@ import tempfile
 import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import Row, attempt, header, measure, table  # noqa: E402
+from _common import Publisher, Row, attempt, header, measure, measure_torch, table  # noqa: E402
 
 PEERS = {"frost": "Frost", "frost-xla": "Frost, XLA attention", "torch": "PyTorch eager (SDPA)",
          "torch-compile": "torch.compile"}
@@ -174,19 +174,10 @@ def run_torch(dtype, args, compiled=False):
     opt = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=WEIGHT_DECAY)
     x, y = (torch.from_numpy(a).long().to(device) for a in tokens(args))
 
-    def step():
-        opt.zero_grad(set_to_none=True)
-        logits = forward(x)
-        loss = F.cross_entropy(logits.float().view(-1, logits.shape[-1]), y.view(-1))
-        loss.backward()
-        opt.step()
-        return loss
-
-    def sync(loss):
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        return loss.item()
-    return measure(step, sync, warmup=args.warmup, steps=args.steps, inner=args.inner)
+    def loss():
+        logits = forward(x)  # (B, T, vocab)
+        return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), y.view(-1))
+    return measure_torch(loss, opt, device, args)
 
 
 def main():
@@ -218,9 +209,7 @@ def main():
              f"batch {batch} x {seq} tokens; median of {args.steps} x {args.inner} steps after {args.warmup} warm-up")
     text = header(title, gpu, ("jax", "torch")) + "\n\n" + table(rows, unit="tokens/s")
     print(text)
-    if args.out:
-        with open(args.out, "a") as f:
-            f.write(text + "\n\n")
+    Publisher(args.out)(text, final=True)
 
 
 if __name__ == "__main__":

@@ -60,7 +60,7 @@ import time
 import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import Row, attempt, cores, header, measure, one_line, status, table  # noqa: E402
+from _common import Publisher, Row, attempt, cores, header, measure, measure_torch, one_line, status, table  # noqa: E402
 
 LR, MOMENTUM, WEIGHT_DECAY = 0.1, 0.9, 5e-4
 CLASSES, IMAGE = 10, 32
@@ -465,18 +465,7 @@ def run_torch(name, dtype, args, mode):
     labels = torch.randint(0, CLASSES, (args.batch_size,), generator=g).to(device)
     loss_fn = torch.nn.CrossEntropyLoss()
 
-    def step():
-        opt.zero_grad(set_to_none=True)
-        loss = loss_fn(forward(x).float(), labels)
-        loss.backward()
-        opt.step()
-        return loss
-
-    def sync(loss):
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        return loss.item()
-    return measure(step, sync, warmup=args.warmup, steps=args.steps, inner=args.inner)
+    return measure_torch(lambda: loss_fn(forward(x).float(), labels), opt, device, args)
 
 
 # --- the step workload ------------------------------------------------------------------------
@@ -695,30 +684,6 @@ def e2e_table(rows, args):
     out.append("\n(frost/peer: the peer's total time over Frost's, i.e. Frost's end-to-end img/s over the peer's; "
                "the first step includes imports, data-set creation, compilation and worker start-up.)")
     return "\n".join(out)
-
-
-class Publisher:
-    """--out FILE: after each row, the report so far replaces this run's part of FILE (what was in
-    it before stays), so a run that is killed still leaves the rows it measured."""
-
-    def __init__(self, path):
-        self.path = path
-        if path and not os.path.exists(path):
-            open(path, "w").close()
-        self.start = os.path.getsize(path) if path and os.path.isfile(path) else None
-
-    def __call__(self, report, final=False):
-        if not self.path:
-            return
-        if self.start is None:  # not a regular file (/dev/null, a pipe): write the final report only
-            if final:
-                with open(self.path, "a") as f:
-                    f.write(report + "\n\n")
-            return
-        with open(self.path, "r+") as f:
-            f.seek(self.start)
-            f.truncate()
-            f.write(report + "\n\n")
 
 
 def main(argv=None):

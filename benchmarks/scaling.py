@@ -30,7 +30,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import header, measure, one_line  # noqa: E402
+from _common import Publisher, header, measure, one_line  # noqa: E402
 
 
 def time_strategy(n: int, strategy: str, args) -> dict:
@@ -158,9 +158,7 @@ def main() -> None:
     title = f"GPT training step, global batch {args.batch_size} x 128 tokens, on 1-{max(args.devices)} devices"
     text = header(title, gpu=gpu, libraries=("jax", "jaxlib")) + "\n\n" + report(rows, args)
     print(text)
-    if args.out:
-        with open(args.out, "a") as f:
-            f.write(text + "\n\n")
+    Publisher(args.out)(text, final=True)
 
 
 if __name__ == "__main__":

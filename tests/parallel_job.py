@@ -10,7 +10,6 @@ import os
 import sys
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from frost import data, optim, parallel

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from frost.text.bpe import _pieces
-from frost.text import (GPT4_PATTERN, Tokenizer, count_chunks, kjv_text, load, save, split_chunks,
+from frost.text import (GPT4_PATTERN, Tokenizer, count_chunks, kjv_text, load, split_chunks,
                         stream_files, token_dtype, train, train_counts)
 
 tokenizers = pytest.importorskip("tokenizers")

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from frost import data, nn, optim
+from frost import data, optim
 from frost.cli import main as cli
 from frost.models import resnet
 from frost.train import checkpoint, loop

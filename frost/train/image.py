@@ -19,7 +19,6 @@ import time
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from frost import data, datasets, optim
 from frost.models import resnet
