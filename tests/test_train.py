@@ -136,6 +136,19 @@ def test_non_finite_loss_stops_with_step_and_keeps_last_checkpoint(tmp_path):
     assert checkpoint.latest(tmp_path / "nan" / "checkpoints") == good
 
 
+def test_non_finite_last_step_of_an_epoch_is_caught_before_the_checkpoint(tmp_path):
+    # fit checks each step's flag after dispatching the next; the epoch's last step is checked
+    # before the epoch's checkpoint is written
+    def step(model, opt_state, batch, key):
+        model = model + 1
+        return model, opt_state, {"loss": jnp.float32(0), "finite": model != 6}
+    with data.Loader(data.Arrays(np.zeros(48, np.float32)), 8, shuffle=False) as loader:  # 6 batches
+        with pytest.raises(loop.NonFiniteError, match=r"at step 6 .*none yet"):
+            loop.fit(loop.TrainState(jnp.int32(0), (), jax.random.key(0)), step, loader, epochs=1,
+                     run_dir=tmp_path, progress=False)
+    assert checkpoint.latest(tmp_path / "checkpoints") is None
+
+
 def test_train_step_compiles_once_and_updates_batchnorm_statistics(key):
     model = tiny_model(key)
     opt = optim.sgd(0.01)

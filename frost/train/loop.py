@@ -11,7 +11,8 @@ optimizer to the parameters and takes the buffers from `stats_model`.
 
 Safety: if the loss or any gradient is non-finite, the step returns the old model and optimizer
 state unchanged and `fit` raises `NonFiniteError` naming the step, leaving the last good
-checkpoint on disk. Determinism: the key of step t is `fold_in(key, t)`, the loader's position is
+checkpoint on disk. `fit` reads each step's flag after dispatching the next step, so the host
+never waits for the device between steps. Determinism: the key of step t is `fold_in(key, t)`, the loader's position is
 saved in each checkpoint, so a resumed run repeats an uninterrupted one exactly on CPU.
 """
 from __future__ import annotations
@@ -143,6 +144,18 @@ def save(run_dir, state: TrainState, keep: int = 3, **meta) -> pathlib.Path | No
     return checkpoint.save(pathlib.Path(run_dir) / "checkpoints", state.step, tree, meta, keep)
 
 
+def check_finite(pending, bar, run_dir):
+    """Raise NonFiniteError if the step in `pending = (step, metrics)` was not finite. fit checks
+    each step after dispatching the next, so the host never waits for the device in between;
+    a step after a non-finite one starts from the kept state and is discarded with it."""
+    if pending is None or bool(pending[1]["finite"]):
+        return
+    bar.close()
+    last = checkpoint.latest(pathlib.Path(run_dir) / "checkpoints")
+    raise NonFiniteError(f"non-finite loss or gradients at step {pending[0]} (loss={float(pending[1]['loss'])}); "
+                         f"training stopped, the update was not applied; last good checkpoint: {last or 'none yet'}")
+
+
 def fit(state: TrainState, train_step, loader, *, epochs: int, run_dir, eval_fn=None, keep: int = 3,
         log_every: int = 20, meta: dict | None = None, progress: bool = True, max_steps: int | None = None,
         unit: str = "images", count=lambda batch: len(jax.tree.leaves(batch)[0]), place=lambda batch: batch,
@@ -166,16 +179,12 @@ def fit(state: TrainState, train_step, loader, *, epochs: int, run_dir, eval_fn=
             epoch, start_batch = loader.epoch, loader.batch
             bar = tqdm(total=len(loader), initial=start_batch, desc=f"epoch {epoch + 1}/{epochs}",
                        disable=not progress, dynamic_ncols=True, leave=True)
-            seen, t0 = 0, time.perf_counter()
+            seen, t0, pending = 0, time.perf_counter(), None
             for batch in loader:
                 model, opt_state, metrics = train_step(state.model, state.opt_state, place(batch),
                                                        jax.random.fold_in(state.key, state.step))
-                if not bool(metrics["finite"]):
-                    bar.close()
-                    last = checkpoint.latest(run_dir / "checkpoints")
-                    raise NonFiniteError(f"non-finite loss or gradients at step {state.step + 1} "
-                                         f"(loss={float(metrics['loss'])}); training stopped, the update was not "
-                                         f"applied; last good checkpoint: {last or 'none yet'}")
+                check_finite(pending, bar, run_dir)  # the previous step's, while this one runs
+                pending = (state.step + 1, metrics)
                 state = dataclasses.replace(state, model=model, opt_state=opt_state, step=state.step + 1,
                                             loader_state=loader.state())
                 seen += count(batch)
@@ -189,6 +198,7 @@ def fit(state: TrainState, train_step, loader, *, epochs: int, run_dir, eval_fn=
                     bar.set_postfix(loss=f"{record['loss']:.4f}", per_s=f"{rate:.0f}")
                 if max_steps is not None and state.step >= max_steps:
                     break
+            check_finite(pending, bar, run_dir)
             bar.close()
             if loader.epoch > epoch and eval_fn is not None:
                 result = eval_fn(state.model)
