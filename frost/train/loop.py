@@ -12,8 +12,9 @@ optimizer to the parameters and takes the buffers from `stats_model`.
 Safety: if the loss or any gradient is non-finite, the step returns the old model and optimizer
 state unchanged and `fit` raises `NonFiniteError` naming the step, leaving the last good
 checkpoint on disk. `fit` reads each step's flag after dispatching the next step, so the host
-never waits for the device between steps. Determinism: the key of step t is `fold_in(key, t)`, the loader's position is
-saved in each checkpoint, so a resumed run repeats an uninterrupted one exactly on CPU.
+never waits for the device between steps. Determinism: the key of step t is `fold_in(key, t)`,
+the loader's position is saved in each checkpoint, so a resumed run repeats an uninterrupted one
+exactly on CPU.
 """
 from __future__ import annotations
 
