@@ -32,6 +32,9 @@ from frost.optim import all_finite, apply_updates
 from frost.train import checkpoint
 
 
+_fold_in = jax.jit(jax.random.fold_in)  # the step's key; jitted: 8 us a call, 64 us eagerly
+
+
 class NonFiniteError(FloatingPointError):
     pass
 
@@ -183,7 +186,7 @@ def fit(state: TrainState, train_step, loader, *, epochs: int, run_dir, eval_fn=
             seen, t0, pending = 0, time.perf_counter(), None
             for batch in loader:
                 model, opt_state, metrics = train_step(state.model, state.opt_state, place(batch),
-                                                       jax.random.fold_in(state.key, state.step))
+                                                       _fold_in(state.key, state.step))
                 check_finite(pending, bar, run_dir)  # the previous step's, while this one runs
                 pending = (state.step + 1, metrics)
                 state = dataclasses.replace(state, model=model, opt_state=opt_state, step=state.step + 1,
