@@ -105,7 +105,7 @@ def flash_attention(q, k, v, *, causal: bool = False, key_padding_mask=None, sca
                          f"k {k.shape}, v {v.shape}")
     if not (q.dtype == k.dtype == v.dtype) or not jnp.issubdtype(q.dtype, jnp.floating):
         raise ValueError(f"q, k, v must share one float dtype; got {q.dtype}, {k.dtype}, {v.dtype}")
-    (b, t, h, d), s = q.shape, k.shape[1]
+    (b, t, _, d), s = q.shape, k.shape[1]
     if key_padding_mask is not None and key_padding_mask.shape != (b, s):
         raise ValueError(f"key_padding_mask must be (B, S) = {(b, s)}, got {key_padding_mask.shape}")
     scale = d ** -0.5 if scale is None else float(scale)
