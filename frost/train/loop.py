@@ -194,6 +194,7 @@ def fit(state: TrainState, train_step, loader, *, epochs: int, run_dir, eval_fn=
                 seen += count(batch)
                 bar.update(1)
                 if state.step % log_every == 0:
+                    check_finite(pending, bar, run_dir)  # logging waits for this step anyway; never log a bad one
                     rate = seen / (time.perf_counter() - t0)
                     record = {"step": state.step, "epoch": epoch, "loss": float(metrics["loss"]),
                               f"{unit}_per_s": rate, **{k: float(v) for k, v in metrics.items()
