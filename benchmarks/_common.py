@@ -58,6 +58,12 @@ def measure(step, sync, *, warmup: int = 2, steps: int = 5, inner: int = 1) -> T
     return Timing(first, samples, None if loss is None else float(loss))
 
 
+def jax_wait(out) -> None:
+    """A `sync` for jitted JAX code without a loss: wait for `out` on the device."""
+    import jax
+    jax.block_until_ready(out)
+
+
 def measure_torch(loss_fn, opt, device, args) -> Timing:
     """`measure` a PyTorch training step: zero the grads, `loss_fn()`, backward, `opt.step()`;
     `args` gives warmup, steps and inner."""

@@ -39,7 +39,7 @@ import jax
 import jax.numpy as jnp
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import header, measure, one_line  # noqa: E402
+from _common import header, jax_wait, measure, one_line  # noqa: E402
 
 from frost.kernels.attention import BlockSizes, attention_reference, flash_attention  # noqa: E402
 from frost.nn.attention import dot_product_attention  # noqa: E402
@@ -75,12 +75,11 @@ def flops(b, t, h, d, causal, backward):
 
 def time_one(fn, args) -> float:
     """Median seconds per call (see the module docstring)."""
-    sync = lambda out: (jax.block_until_ready(out), None)[1]  # noqa: E731
-    sync(fn(*args))  # compile
+    jax_wait(fn(*args))  # compile
     t0 = time.perf_counter()
-    sync(fn(*args))
+    jax_wait(fn(*args))
     inner = int(min(max(0.05 / max(time.perf_counter() - t0, 1e-6), 1), 200))
-    return measure(lambda: fn(*args), sync, warmup=2, steps=5, inner=inner).step_s
+    return measure(lambda: fn(*args), jax_wait, warmup=2, steps=5, inner=inner).step_s
 
 
 def check_kernel(b=2, t=1000, h=4, d=128, dtype=jnp.bfloat16):

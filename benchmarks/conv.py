@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import Publisher, header, measure  # noqa: E402
+from _common import Publisher, cores, header, jax_wait, measure  # noqa: E402
 
 LAYERS = [(32, 64), (16, 128), (8, 256), (4, 512)]  # (spatial size, channels) of the ResNet-18 stages
 
@@ -88,14 +88,13 @@ LOWERINGS = {"lax.conv": lax_conv, "im2col": im2col_conv,
 def time_jax(f, x, w, dy, args):
     fwd = jax.jit(f)
     both = jax.jit(lambda x, w: jax.vjp(f, x, w)[1](dy))
-    sync = lambda out: (jax.block_until_ready(out), None)[1]  # noqa: E731
-    return [measure(lambda fn=fn: fn(x, w), sync, warmup=1, steps=args.steps).step_s for fn in (fwd, both)], fwd(x, w)
+    return [measure(lambda fn=fn: fn(x, w), jax_wait, warmup=1, steps=args.steps).step_s for fn in (fwd, both)], fwd(x, w)
 
 
 def time_torch(x, w, dy, args):
     import torch
     import torch.nn.functional as F
-    torch.set_num_threads(len(os.sched_getaffinity(0)))
+    torch.set_num_threads(cores())
     cl = torch.channels_last
     tx = torch.from_numpy(np.asarray(x)).permute(0, 3, 1, 2).contiguous(memory_format=cl).requires_grad_()
     tw = torch.from_numpy(np.asarray(w)).permute(3, 2, 0, 1).contiguous(memory_format=cl).requires_grad_()
