@@ -1,0 +1,68 @@
+"""Atomic, durable file writes: the one way Frost writes a file (checkpoints, tokenizers, results).
+
+    atomic.write(run_dir / "result.json", json.dumps(result))
+    with atomic.directory(ckpt_dir / "step_00000100") as tmp:   # fill tmp/, then it is renamed into place
+        ...
+
+A file is written to a temporary name in the same folder, flushed and fsynced, renamed over the
+target, and the folder fsynced, so a reader sees the old file or the new one, never a torn one,
+and a crash after `write` returns loses nothing. Files are created with mode 0o666 minus the
+user's umask, as `open()` would (not mkstemp's 0o600).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import pathlib
+import shutil
+
+
+def fsync(path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _tmp(path: pathlib.Path) -> pathlib.Path:
+    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+
+
+def write(path, data: bytes | str) -> pathlib.Path:
+    """Replace `path` with `data` (str is written as UTF-8) atomically and durably."""
+    path = pathlib.Path(path)
+    tmp = _tmp(path)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode("utf-8") if isinstance(data, str) else data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync(path.parent)
+    return path
+
+
+@contextlib.contextmanager
+def directory(path):
+    """Yield an empty temporary folder beside `path`; on success, fsync its files and rename it
+    to `path` (replacing an older one); on failure, remove it and leave `path` as it was."""
+    path = pathlib.Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        yield tmp
+        for f in tmp.iterdir():
+            fsync(f)
+        if path.exists():
+            shutil.rmtree(path)
+        os.replace(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    fsync(path.parent)

@@ -1,0 +1,134 @@
+"""Job configuration: one frozen dataclass per job, checked once when it is built, with its
+command-line options generated from its fields, so the CLI, the README and the job cannot drift.
+
+    @dataclasses.dataclass(frozen=True)
+    class Config(JobConfig):
+        lr: float = option(0.1, "peak learning rate", positive)
+        optimizer: str = option("sgd", "optimizer", choices=("sgd", "adamw"))
+
+    class LMConfig(Config):      # a per-job default: redeclare the field, the help is inherited
+        lr: float = 2e-3
+
+    add_options(parser, [Config, LMConfig])    # --lr, --optimizer, with each job's default in the help
+    cfg = from_args(LMConfig, args)             # options left unset take the job's defaults
+
+A field's `check` returns None when the value is allowed, or what is allowed ("must be > 0").
+Building a config with a bad value raises `UsageError("--lr -1.0: must be > 0")`: the CLI prints
+that one line as `frost: error: ...` and exits 2. `UsageError` is the class of every user's
+mistake Frost reports (bad flags, missing or too-small data, stale run directories).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import typing
+
+
+class UsageError(ValueError):
+    """A user's mistake, with a message that names the value and says what is allowed."""
+
+
+def option(default, help: str, check=None, choices=None, cli: bool = True):
+    """A config field with its help text, its check, and its allowed values."""
+    return dataclasses.field(default=default, metadata={"help": help, "check": check, "choices": choices, "cli": cli})
+
+
+def flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+# --- checks: value -> None if allowed, else what is allowed ---
+
+def positive(x):
+    return None if isinstance(x, (int, float)) and math.isfinite(x) and x > 0 else "must be a finite number > 0"
+
+
+def nonnegative(x):
+    return None if isinstance(x, (int, float)) and math.isfinite(x) and x >= 0 else "must be a finite number >= 0"
+
+
+def optional(check):
+    """`check`, but None (unset) is allowed too."""
+    return lambda x: None if x is None else check(x)
+
+
+def in_range(low, high):
+    return lambda x: None if isinstance(x, (int, float)) and low <= x <= high else f"must be in [{low}, {high}]"
+
+
+def _meta(cls, name: str) -> dict:
+    """A field's metadata, from the nearest class in the MRO that declared it with `option`."""
+    for klass in cls.__mro__:
+        f = getattr(klass, "__dataclass_fields__", {}).get(name)
+        if f is not None and f.metadata:
+            return f.metadata
+    return {}
+
+
+def validate(cfg) -> None:
+    """Raise UsageError for the first field whose value is not allowed."""
+    for f in dataclasses.fields(cfg):
+        meta, value = _meta(type(cfg), f.name), getattr(cfg, f.name)
+        choices = meta.get("choices")
+        if choices is not None and value not in choices:
+            raise UsageError(f"{flag(f.name)} {value!r}: choose one of {', '.join(map(str, choices))}")
+        problem = meta.get("check") and meta["check"](value)
+        if problem:
+            raise UsageError(f"{flag(f.name)} {value!r}: {problem}")
+
+
+class Checked:
+    """Mixin: a dataclass that validates its fields (then its own `check()`) when it is built."""
+
+    def __post_init__(self):
+        validate(self)
+        self.check()
+
+    def check(self) -> None:
+        """Cross-field rules of a job; raise UsageError."""
+
+
+def _arg_type(hint):
+    """The argparse type of a field annotation: int, float, str, bool (also inside `X | None`)."""
+    args = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
+    return args[0] if args[0] in (int, float, str, bool) else str
+
+
+def add_options(parser: argparse.ArgumentParser, classes, labels=None) -> None:
+    """One option per CLI field of the config classes (their union); each defaults to None, so
+    `from_args` can tell which were given. `labels[i]` names class i in the defaults of the help."""
+    seen = {}
+    for i, cls in enumerate(classes):
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            meta = _meta(cls, f.name)
+            if not meta.get("cli", True):
+                continue
+            seen.setdefault(f.name, (hints[f.name], meta, []))[2].append(
+                (labels[i] if labels else cls.__name__, f.default))
+    for name, (hint, meta, defaults) in seen.items():
+        kind = _arg_type(hint)
+        values = {repr(d) for _, d in defaults}
+        default = (f"default {defaults[0][1]!r}" if len(values) == 1 else
+                   "default " + ", ".join(f"{d!r} ({label})" for label, d in defaults))
+        help = f"{meta.get('help', '')} ({default})".replace("%", "%%")
+        if kind is bool:
+            parser.add_argument(flag(name), action=argparse.BooleanOptionalAction, default=None, help=help)
+        else:
+            parser.add_argument(flag(name), type=kind, default=None, help=help, metavar=name.upper(),
+                                choices=meta.get("choices"))
+    parser.set_defaults(_config_options=tuple(seen))
+
+
+def from_args(cls, args: argparse.Namespace, **fixed):
+    """Build `cls` from the options given on the command line (plus `fixed` values). An option
+    given that `cls` has no field for is refused, never ignored."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    given = {k: getattr(args, k) for k in getattr(args, "_config_options", ()) if getattr(args, k) is not None}
+    stray = sorted(set(given) - names)
+    if stray:
+        raise UsageError(f"{', '.join(flag(s) for s in stray)}: not an option of this job "
+                         f"({cls.__module__}.{cls.__qualname__})")
+    return cls(**{**given, **fixed})
+
