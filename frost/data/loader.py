@@ -21,12 +21,14 @@ How it works
   so the output is identical for any worker count and backend, and `state()` is the stream
   position. A loader restored from it may use another worker count, or another process count:
   the global batches are the same and the sampler re-splits them.
-- Workers are spawned, never forked (the main process may be running JAX's threads), and start
-  through `_boot.py`, which keeps JAX out of them. As with any spawned process, the main script
-  is imported again in each worker, so guard its entry point with `if __name__ == "__main__":`.
+- Workers are spawned, never forked (the main process may be running JAX's threads); they import
+  only numpy and frost.data (`import frost` is lazy), never JAX. As with any spawned process, the
+  main script is imported again in each worker, so guard it with `if __name__ == "__main__":`.
 - An exception in a worker is raised in the main process as a WorkerError carrying the worker's
   traceback and the sample index. A worker that dies (a signal, the OOM killer) is seen at once
-  through its process sentinel and raised as a WorkerError too; the loader never hangs on it.
+  through its process sentinel and raised as a WorkerError too; one that stops answering (stopped
+  by SIGSTOP, stuck in I/O) for `timeout` seconds is raised as well: the loader never hangs. If the
+  main process dies, the workers exit quietly and free the shared memory themselves.
 
 The thread backend runs the same worker loop in threads (Pillow's decoder and large numpy
 operations release the GIL); the process backend is the default because it measured faster
@@ -41,7 +43,6 @@ import multiprocessing as mp
 import os
 import pickle
 import queue
-import runpy
 import signal
 import threading
 import traceback
@@ -53,9 +54,6 @@ import numpy as np
 
 from frost.data.sampler import Sampler
 from frost.data.transforms import sample_rng
-
-_BOOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_boot.py")
-
 
 class WorkerError(RuntimeError):
     """A data worker failed; `index` is the sample it was loading, `traceback` the worker's."""
@@ -117,7 +115,9 @@ def _fill(out, source, transform, seed, epoch, indices):
                                      f"and dtype (resize images with transforms.Resize)")
                 field[row] = x
         except Exception as e:
-            e.add_note(f"frost.data: while loading sample index {int(index)} (epoch {epoch})")
+            name = source.name_of(int(index)) if hasattr(source, "name_of") else None
+            e.add_note(f"frost.data: while loading sample index {int(index)}{f' ({name})' if name else ''} "
+                       f"(epoch {epoch})")
             e.frost_index = int(index)
             raise
 
@@ -133,21 +133,30 @@ def _serve(recv, send, slots, source, transform, seed):
             send((slot, getattr(e, "frost_index", None), traceback.format_exc()))
 
 
-def _worker_main(conn):
-    """A worker process (started by _boot.py): attach the slots, serve tasks until told to stop."""
+def _worker_main(conn, first: bool):
+    """A worker process: attach the slots, serve tasks until told to stop (None) or until the
+    main process is gone; then the first worker frees the shared memory it can no longer free."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the main process to handle
     source, transform, seed, layout, names = pickle.loads(conn.recv_bytes())
     segments = [shared_memory.SharedMemory(name) for name in names]
+    orphaned = False
 
     def recv():
-        with contextlib.suppress(EOFError):  # EOF: the main process is gone
+        nonlocal orphaned
+        try:
             return conn.recv()
+        except (EOFError, OSError):  # the main process is gone
+            orphaned = True
 
     try:
         _serve(recv, conn.send, [layout.views(s.buf) for s in segments], source, transform, seed)
-    except BrokenPipeError:
-        pass
+    except OSError:  # a broken or reset pipe: the main process is gone
+        orphaned = True
     finally:
+        if orphaned and first:
+            for s in segments:
+                with contextlib.suppress(OSError):
+                    s.unlink()
         for s in segments:
             with contextlib.suppress(BufferError):
                 s.close()
@@ -156,7 +165,8 @@ def _worker_main(conn):
 class _Processes:
     """Spawned worker processes, one pipe each; the batch slots live in shared memory."""
 
-    def __init__(self, count, source, transform, seed, layout, slots):
+    def __init__(self, count, source, transform, seed, layout, slots, timeout):
+        self.timeout = timeout
         tag = f"frost_{os.getpid()}_{uuid.uuid4().hex[:8]}"
         self.segments, self.procs, self.conns = [], [], []
         try:
@@ -174,8 +184,7 @@ class _Processes:
             ctx = mp.get_context("spawn")
             for w in range(count):
                 here, there = ctx.Pipe()
-                proc = ctx.Process(target=runpy.run_path, args=(_BOOT,), name=f"frost-data-{w}", daemon=True,
-                                   kwargs={"init_globals": {"conn": there}, "run_name": "frost_worker"})
+                proc = ctx.Process(target=_worker_main, args=(there, w == 0), name=f"frost-data-{w}", daemon=True)
                 proc.start()
                 there.close()
                 self.procs.append(proc)
@@ -194,7 +203,9 @@ class _Processes:
 
     def wait(self):
         """[(worker, answer)] for the answers ready now (blocking until one is); raises if a worker died."""
-        ready = connection.wait(self.conns + [p.sentinel for p in self.procs])
+        ready = connection.wait(self.conns + [p.sentinel for p in self.procs], timeout=self.timeout)
+        if not ready:
+            raise _silent(self.timeout, [p.pid for p in self.procs])
         answers = []
         for w, conn in enumerate(self.conns):
             if conn in ready:
@@ -232,10 +243,16 @@ class _Processes:
         self.segments, self.procs, self.conns = [], [], []
 
 
+def _silent(timeout, workers) -> WorkerError:
+    return WorkerError(f"no data worker ({', '.join(map(str, workers))}) answered for {timeout:g} s: one is stopped "
+                       f"(SIGSTOP, a debugger) or stuck; if a batch really takes that long, raise Loader(timeout=...)")
+
+
 class _Threads:
     """The same worker loop in threads; the slots are ordinary arrays."""
 
-    def __init__(self, count, source, transform, seed, layout, slots):
+    def __init__(self, count, source, transform, seed, layout, slots, timeout):
+        self.timeout = timeout
         self.slots = [layout.views(np.empty(layout.nbytes, np.uint8)) for _ in range(slots)]
         self.tasks = [queue.SimpleQueue() for _ in range(count)]
         self.answers = queue.SimpleQueue()
@@ -250,7 +267,10 @@ class _Threads:
         self.tasks[worker].put(task)
 
     def wait(self):
-        answers = [self.answers.get()]
+        try:
+            answers = [self.answers.get(timeout=self.timeout)]
+        except queue.Empty:
+            raise _silent(self.timeout, [t.name for t in self.threads]) from None
         with contextlib.suppress(queue.Empty):
             while True:
                 answers.append(self.answers.get_nowait())
@@ -271,20 +291,23 @@ class Loader:
     transform       `t(sample, rng) -> sample`, rng seeded from (seed, epoch, index) (transforms.Compose)
     workers         0: load in the calling thread; N: N workers of `backend` ("process" or "thread")
     prefetch        batches in flight or ready ahead of the consumer (default 2 per worker)
+    timeout         seconds without an answer from any busy worker before the loader gives up
     state           a `state()` dict to resume from
     """
 
     def __init__(self, source, batch_size: int, *, shuffle: bool = True, seed: int = 0, drop_last: bool = False,
                  transform=None, workers: int = 0, backend: str = "process", prefetch: int | None = None,
-                 process_index: int = 0, process_count: int = 1, state: dict | None = None):
+                 process_index: int = 0, process_count: int = 1, state: dict | None = None, timeout: float = 60.0):
         if backend not in ("process", "thread"):
             raise ValueError(f"backend must be 'process' or 'thread', got {backend!r}")
-        if workers < 0 or (prefetch is not None and prefetch < 1):
-            raise ValueError(f"need workers >= 0 and prefetch >= 1, got workers={workers}, prefetch={prefetch}")
+        if workers < 0 or (prefetch is not None and prefetch < 1) or not timeout > 0:
+            raise ValueError(f"need workers >= 0, prefetch >= 1 and timeout > 0, got workers={workers}, "
+                             f"prefetch={prefetch}, timeout={timeout}")
         self.source, self.transform, self.seed = source, transform, int(seed)
         self.sampler = Sampler(len(source), batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last,
                                process_index=process_index, process_count=process_count)
         self.workers, self.backend, self.prefetch = workers, backend, prefetch or 2 * max(workers, 1)
+        self.timeout = timeout
         self.epoch, self.batch = 0, 0  # the position of the next batch in the global stream
         self._pool = self._layout = None
         if state is not None:
@@ -367,7 +390,8 @@ class Loader:
         if self._pool is not None:
             return
         pool = _Processes if self.backend == "process" else _Threads
-        self._pool = pool(self.workers, self.source, self.transform, self.seed, self._layout, self.prefetch)
+        self._pool = pool(self.workers, self.source, self.transform, self.seed, self._layout, self.prefetch,
+                          self.timeout)
         self._finalize = weakref.finalize(self, self._pool.close)
         self._next = (self.epoch, self.batch)  # the next position to hand to a worker
         self._free, self._busy, self._ready = list(range(self.prefetch)), {}, {}

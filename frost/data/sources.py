@@ -141,6 +141,10 @@ class ImageFolder:
     def __len__(self):
         return len(self.files)
 
+    def name_of(self, i) -> str:
+        """What sample `i` is, for error messages (the loader asks any source that has this)."""
+        return self.files[i]
+
     def __getitem__(self, i):
         from PIL import Image
         path = self.files[i]
