@@ -393,9 +393,11 @@ def test_changing_learning_rate_in_state_takes_effect_without_recompiling():
 
 def test_hyperparameter_names_and_errors():
     params = make_params()
-    names = set(fo.get_hyperparams(fo.muon(0.02).init(params)))
+    names = set(fo.get_hyperparams(fo.muon(0.02, weight_decay=0.1, adam_weight_decay=0.1).init(params)))
     assert {"muon/learning_rate", "adam/learning_rate", "muon/weight_decay", "adam/weight_decay", "momentum",
             "b1", "b2"} == names
+    assert {"muon/learning_rate", "adam/learning_rate", "momentum", "b1", "b2"} == set(
+        fo.get_hyperparams(fo.muon(0.02).init(params)))  # no weight decay: no transform, no hyper-parameter
     with pytest.raises(KeyError, match="muon/learning_rate"):
         fo.set_hyperparams(fo.muon(0.02).init(params), learning_rate=0.1)
     state = fo.set_hyperparams(fo.muon(0.02).init(params), **{"adam/learning_rate": 3e-4})
@@ -405,6 +407,35 @@ def test_hyperparameter_names_and_errors():
     assert float(fo.get_hyperparams(scheduled)["momentum"]) == pytest.approx(0.9)
     with pytest.raises(ValueError, match="schedule"):
         fo.set_hyperparams(scheduled, learning_rate=0.1)
+
+
+def test_zero_weight_decay_and_momentum_build_nothing_and_need_no_params():
+    params, grads = make_params(0), make_params(1)
+    opt = fo.sgd(0.1)  # optax's rule: zero momentum and zero decay are identity(), no buffers
+    state = opt.init(params)
+    assert jax.tree.leaves(state) == [] or all(np.ndim(x) == 0 for x in jax.tree.leaves(state))
+    updates, _ = opt.update(grads, state)  # no params needed
+    assert_trees_close(updates, jax.tree.map(lambda g: -0.1 * g, grads), rtol=1e-6, atol=0)
+    with pytest.raises(ValueError, match="needs the parameters"):
+        fo.sgd(0.1, weight_decay=1e-4).update(grads, fo.sgd(0.1, weight_decay=1e-4).init(params))
+    assert "momentum" not in fo.get_hyperparams(state) and "momentum" in fo.get_hyperparams(
+        fo.sgd(0.1, momentum=0.9).init(params))
+
+
+@pytest.mark.parametrize("state_dtype, expected", [(None, jnp.float32), (jnp.bfloat16, jnp.bfloat16)])
+def test_state_dtype_keeps_moments_in_float32_for_bfloat16_params(state_dtype, expected):
+    params = make_params(0, jnp.bfloat16)
+    opt = fo.adamw(1e-2, state_dtype=state_dtype)
+    state = opt.init(params)
+    adam = fo.find_states(state, fo.AdamState)[0]
+    assert {x.dtype for x in jax.tree.leaves(adam.mu) + jax.tree.leaves(adam.nu)} == {jnp.dtype(expected)}
+    updates, state = opt.update(make_params(1, jnp.bfloat16), state, params)
+    assert {x.dtype for x in jax.tree.leaves(updates)} == {jnp.dtype(jnp.bfloat16)}
+    # the same arithmetic as float32 params, up to the bfloat16 rounding of the update
+    wide = lambda tree: jax.tree.map(lambda x: x.astype(jnp.float32), tree)  # noqa: E731
+    ref, _ = fo.adamw(1e-2).update(wide(make_params(1, jnp.bfloat16)), fo.adamw(1e-2).init(wide(params)), wide(params))
+    if state_dtype is None:
+        assert_trees_close(jax.tree.map(lambda u: u.astype(jnp.float32), updates), ref, rtol=1e-2, atol=1e-6)
 
 
 def test_masks_and_partition_on_a_module(key):
@@ -460,12 +491,12 @@ def test_guard_skips_nonfinite_step():
     r1, rs1 = step(plain, params, plain.init(params), g1)
     r2, _ = step(plain, r1, rs1, g2)
     assert_trees_close(p3, r2, rtol=1e-6, atol=1e-7)  # as if the NaN step never happened
-    assert fo.check_finite(s3) == 1
+    assert fo.skipped_steps(s3) == 1
     for _ in range(3):
         p3, s3 = step(opt, p3, s3, jax.tree.map(lambda x: x * np.float32(np.inf), g1))
     assert len(traces) == 2  # one compilation per optimizer
     with pytest.raises(FloatingPointError, match="diverged"):
-        fo.check_finite(s3, max_consecutive=3)
+        fo.skipped_steps(s3, max_consecutive=3)
 
 
 def test_guard_inside_gradient_accumulation():

@@ -57,6 +57,11 @@ def hyperparam(x) -> jax.Array:
     return jnp.asarray(x, jnp.float32)
 
 
+def identity() -> GradientTransformation:
+    """Updates unchanged, no state (optax.identity)."""
+    return GradientTransformation(lambda params: EmptyState(), lambda updates, state, params=None: (updates, state))
+
+
 def chain(*transforms) -> GradientTransformation:
     """Apply transforms one after the other; the state is the tuple of their states."""
     def init(params):

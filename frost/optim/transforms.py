@@ -3,8 +3,10 @@
 Each transform is a `GradientTransformation(init, update)` with one NamedTuple state. Its update
 rule is written for one array (`rule(g, m, ...)`) and lifted to trees with `jax.tree.map`.
 Hyper-parameters a run may change (learning rate, weight decay, momentum, betas) are float32
-scalars in the state (see base.get_hyperparams) and are cast to each leaf's dtype where they
-meet it, so bfloat16 parameters keep bfloat16 states; constants (eps, step counts) are closed over.
+scalars in the state (see base.get_hyperparams); constants (eps, step counts) are closed over.
+State buffers (moments, traces) are at least float32 unless `state_dtype` says otherwise: a
+bfloat16 gradient is cast up to its buffer's dtype, the rule runs there, and the update is cast
+back, so bfloat16 parameters train with float32 moments and still get bfloat16 updates.
 Tests run with strict dtype promotion, so every mixed-dtype operation is an explicit cast.
 """
 from __future__ import annotations
@@ -24,14 +26,20 @@ def _cast(h, x):
     return h.astype(x.dtype)
 
 
-def _zeros(tree):
-    return jax.tree.map(jnp.zeros_like, tree)
+def _zeros(tree, dtype=None):
+    """A state buffer shaped like `tree`: in `dtype`, else in the leaf's dtype but at least float32
+    (so bfloat16 parameters get float32 moments; pass state_dtype=jnp.bfloat16 to halve them)."""
+    return jax.tree.map(lambda p: jnp.zeros(p.shape, dtype or (p.dtype if p.dtype.itemsize >= 4 else jnp.float32)), tree)
 
 
-def _lift(rule, *trees, n: int = 2):
-    """Apply a per-array `rule` returning n arrays to matching leaves; return n trees."""
-    out = jax.tree.map(rule, *trees)
-    return tuple(jax.tree.map(lambda _, o: o[i], trees[0], out) for i in range(n))
+def _lift(rule, u, *states, n: int = 2):
+    """Apply a per-array `rule(g, *state leaves)` returning n arrays to matching leaves; return n
+    trees. g is cast to the first state's dtype, and the first output (the update) back to g's."""
+    def run(g, *s):
+        out = rule(g.astype(s[0].dtype), *s)
+        return (out[0].astype(g.dtype), *out[1:])
+    out = jax.tree.map(run, u, *states)
+    return tuple(jax.tree.map(lambda _, o: o[i], u, out) for i in range(n))
 
 
 def _stateless(fn) -> GradientTransformation:
@@ -124,7 +132,7 @@ class TraceState(NamedTuple):
     momentum: jax.Array
 
 
-def trace(momentum: float = 0.9, nesterov: bool = False) -> GradientTransformation:
+def trace(momentum: float = 0.9, nesterov: bool = False, state_dtype=None) -> GradientTransformation:
     """Momentum as torch.optim.SGD: t <- g + momentum * t; output t, or with Nesterov momentum
     (Sutskever et al. 2013) g + momentum * t."""
     def update(u, state, params=None):
@@ -134,7 +142,7 @@ def trace(momentum: float = 0.9, nesterov: bool = False) -> GradientTransformati
             return (g + mom * t if nesterov else t), t
         out, new_trace = _lift(rule, u, state.trace)
         return out, state._replace(trace=new_trace)
-    return GradientTransformation(lambda params: TraceState(_zeros(params), hyperparam(momentum)), update)
+    return GradientTransformation(lambda params: TraceState(_zeros(params, state_dtype), hyperparam(momentum)), update)
 
 
 class AdamState(NamedTuple):
@@ -145,11 +153,13 @@ class AdamState(NamedTuple):
     b2: jax.Array
 
 
-def scale_by_adam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, eps_root: float = 0.0) -> GradientTransformation:
+def scale_by_adam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, eps_root: float = 0.0,
+                  state_dtype=None) -> GradientTransformation:
     """Adam (Kingma & Ba 2015): m <- b1 m + (1-b1) g;  v <- b2 v + (1-b2) g²;
     u = m̂ / (sqrt(v̂ + eps_root) + eps) with m̂ = m / (1 - b1^t), v̂ = v / (1 - b2^t)."""
     def init(params):
-        return AdamState(jnp.zeros([], jnp.int32), _zeros(params), _zeros(params), hyperparam(b1), hyperparam(b2))
+        return AdamState(jnp.zeros([], jnp.int32), _zeros(params, state_dtype), _zeros(params, state_dtype),
+                         hyperparam(b1), hyperparam(b2))
 
     def update(u, state, params=None):
         t = state.count + 1
@@ -171,7 +181,7 @@ class LionState(NamedTuple):
     b2: jax.Array
 
 
-def scale_by_lion(b1: float = 0.9, b2: float = 0.99) -> GradientTransformation:
+def scale_by_lion(b1: float = 0.9, b2: float = 0.99, state_dtype=None) -> GradientTransformation:
     """Lion (Chen et al. 2023): u = sign((1-b1) g + b1 m);  m <- (1-b2) g + b2 m."""
     def update(u, state, params=None):
         def rule(g, m):
@@ -179,7 +189,8 @@ def scale_by_lion(b1: float = 0.9, b2: float = 0.99) -> GradientTransformation:
             return jnp.sign((1 - beta1) * g + beta1 * m), (1 - beta2) * g + beta2 * m
         out, mu = _lift(rule, u, state.mu)
         return out, state._replace(mu=mu)
-    return GradientTransformation(lambda params: LionState(_zeros(params), hyperparam(b1), hyperparam(b2)), update)
+    return GradientTransformation(lambda params: LionState(_zeros(params, state_dtype), hyperparam(b1),
+                                                                    hyperparam(b2)), update)
 
 
 # --- Sophia ---------------------------------------------------------------------------------
@@ -195,7 +206,7 @@ class SophiaState(NamedTuple):
 
 
 def scale_by_sophia(b1: float = 0.965, b2: float = 0.99, gamma: float = 0.01, eps: float = 1e-12,
-                    interval: int = 10) -> GradientTransformation:
+                    interval: int = 10, state_dtype=None) -> GradientTransformation:
     """Sophia (Liu et al. 2023, Algorithm 3): m <- b1 m + (1-b1) g;  u = clip(m / max(gamma h, eps), -1, 1).
 
     The Hessian EMA h is not computed here: the training step calls `update_hessian` just before
@@ -204,8 +215,8 @@ def scale_by_sophia(b1: float = 0.965, b2: float = 0.99, gamma: float = 0.01, ep
     it keeps h = 0, and the update degrades to clip(m / eps) = sign(m), sign descent.
     """
     def init(params):
-        return SophiaState(jnp.zeros([], jnp.int32), _zeros(params), _zeros(params), jnp.array(-1, jnp.int32),
-                           jnp.array(interval, jnp.int32), hyperparam(b1), hyperparam(b2))
+        return SophiaState(jnp.zeros([], jnp.int32), _zeros(params, state_dtype), _zeros(params, state_dtype),
+                           jnp.array(-1, jnp.int32), jnp.array(interval, jnp.int32), hyperparam(b1), hyperparam(b2))
 
     def update(u, state, params=None):
         def rule(g, m, h):
@@ -297,7 +308,8 @@ def newton_schulz(x, steps: int = 5, eps: float = 1e-7):
     return x.T if tall else x
 
 
-def scale_by_muon(momentum: float = 0.95, nesterov: bool = True, ns_steps: int = 5) -> GradientTransformation:
+def scale_by_muon(momentum: float = 0.95, nesterov: bool = True, ns_steps: int = 5,
+                  state_dtype=None) -> GradientTransformation:
     """Muon (Jordan et al. 2024) for 2-D weights W (in, out):
     m <- momentum m + (1-momentum) g;  v = momentum m + (1-momentum) g if nesterov else m;
     u = newton_schulz(v) * sqrt(max(1, out / in))."""
@@ -312,7 +324,7 @@ def scale_by_muon(momentum: float = 0.95, nesterov: bool = True, ns_steps: int =
             return newton_schulz(v, ns_steps) * max(1.0, g.shape[1] / g.shape[0]) ** 0.5, m
         out, mu = _lift(rule, u, state.mu)
         return out, state._replace(mu=mu)
-    return GradientTransformation(lambda params: MuonState(_zeros(params), hyperparam(momentum)), update)
+    return GradientTransformation(lambda params: MuonState(_zeros(params, state_dtype), hyperparam(momentum)), update)
 
 
 # --- wrappers: parameter EMA, gradient accumulation, the non-finite guard -------------------
@@ -351,14 +363,14 @@ def accumulate(inner, k: int) -> GradientTransformation:
     k-th, apply `inner` to the mean and return its updates; before that return zeros (so the
     params stay put) and leave inner's state untouched."""
     def init(params):
-        return AccumulateState(inner.init(params), _zeros(params), jnp.zeros([], jnp.int32))
+        return AccumulateState(inner.init(params), jax.tree.map(jnp.zeros_like, params), jnp.zeros([], jnp.int32))
 
     def update(u, state, params=None):
         n = state.micro_step
         acc = jax.tree.map(lambda a, g: a + (g - a) / (n + 1).astype(g.dtype), state.acc, u)  # running mean
         emit = n == k - 1
         out, inner_state = jax.lax.cond(emit, lambda: inner.update(acc, state.inner, params),
-                                        lambda: (_zeros(acc), state.inner))
+                                        lambda: (jax.tree.map(jnp.zeros_like, acc), state.inner))
         acc = jax.tree.map(lambda a: jnp.where(emit, jnp.zeros_like(a), a), acc)
         return out, AccumulateState(inner_state, acc, (n + 1) % k)
     return GradientTransformation(init, update)
@@ -372,7 +384,7 @@ class GuardState(NamedTuple):
 
 def skip_nonfinite(inner) -> GradientTransformation:
     """Skip every step whose gradients hold a NaN or an Inf: return zero updates, leave inner's
-    state exactly as it was, and count the skip (see `check_finite`). Put it outermost, around
+    state exactly as it was, and count the skip (see `skipped_steps`). Put it outermost, around
     `accumulate(...)`, so a bad micro-batch is dropped without spoiling the window."""
     def init(params):
         return GuardState(inner.init(params), jnp.zeros([], jnp.int32), jnp.zeros([], jnp.int32))
@@ -387,12 +399,12 @@ def skip_nonfinite(inner) -> GradientTransformation:
     return GradientTransformation(init, update)
 
 
-def check_finite(state, max_consecutive: int = 10) -> int:
+def skipped_steps(state, max_consecutive: int = 10) -> int:
     """For the training loop, outside jit: raise once the guard has skipped `max_consecutive`
     steps in a row; otherwise return the number of steps skipped so far."""
     found = find_states(state, GuardState)
     if len(found) != 1:
-        raise ValueError(f"check_finite expects one skip_nonfinite(...) in the optimizer, found {len(found)}")
+        raise ValueError(f"skipped_steps expects one skip_nonfinite(...) in the optimizer, found {len(found)}")
     consecutive, skipped = int(found[0].consecutive), int(found[0].skipped)
     if consecutive >= max_consecutive:
         raise FloatingPointError(
