@@ -114,3 +114,31 @@ def test_errors(key):
         gpt.generate(model, jnp.zeros((1, 4), jnp.int32), 5, key=key)
     with pytest.raises(ValueError, match="heads=3 must divide dim=16"):
         gpt.GPT(10, 16, 1, 3, 8, key=key)
+
+
+def test_gpt2_initialisation(key):
+    depth = 3
+    model = jax.jit(lambda k: gpt.GPT(256, 128, depth, 4, 128, tie_weights=False, key=k))(key)
+    b = model.blocks[depth - 1]
+    residual = 0.02 / math.sqrt(2 * depth)
+    for name, w, std in [("embed", model.embed.weight, 0.02), ("pos", model.pos, 0.02), ("head", model.head.weight, 0.02),
+                         ("qkv", b.qkv.weight, 0.02), ("fc", b.fc.weight, 0.02), ("proj", b.proj.weight, residual),
+                         ("out", b.out.weight, residual)]:
+        w = np.asarray(w)
+        assert abs(w.std() / std - 1) < 0.03 and abs(w.mean()) < 0.05 * std, name
+    for layer in (b.qkv, b.proj, b.fc, b.out, b.ln1):
+        assert not np.any(np.asarray(layer.bias))
+    assert model.head.bias is None and np.all(np.asarray(b.ln2.weight) == 1)
+
+
+def test_generate_compiles_once_per_shape(key):
+    make = jax.jit(lambda k: gpt.GPT(30, 16, 1, 2, 16, key=k))
+    model, other = make(key), make(jax.random.key(5))
+    rng = np.random.default_rng(2)
+    prompts = [jnp.asarray(rng.integers(0, 30, (2, 3)), jnp.int32) for _ in range(3)]
+    first = gpt.generate(model, prompts[0], 5, key=key, top_k=4)
+    compiled = gpt._generate._cache_size()
+    second = gpt.generate(other, prompts[1], 5, key=jax.random.key(1), top_k=4)
+    gpt.generate(model, prompts[2], 5, key=jax.random.key(2), top_k=4)
+    assert gpt._generate._cache_size() == compiled
+    assert first.shape == second.shape == (2, 8) and not np.array_equal(first, second)

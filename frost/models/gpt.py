@@ -5,11 +5,21 @@ rotary (Su et al. 2021, RoFormer) positions, weight tying, and generation with a
     logits = model(ids)                                              # (B, T) int -> (B, T, V)
     out = generate(model, prompt, 100, key=key, temperature=0.8, top_k=50)
 
+Initialisation is GPT-2's (as nanoGPT and transformers' GPT2 do it): embeddings, positions and
+every weight N(0, 0.02); the two residual projections of each block (attention `proj`, MLP `out`)
+N(0, 0.02 / sqrt(2 * depth)), since 2 * depth of them add into the residual stream; biases zero.
+`gelu_approximate=True` (the tanh GELU) and `eps` (LayerNorm) match a GPT-2 checkpoint's
+`gelu_new` and `layer_norm_epsilon` (frost.interop.load_hf_gpt2); the defaults, exact GELU and
+1e-5, are `frost train gpt`'s.
+
 Attention goes through `frost.nn.attention.dot_product_attention`: the Pallas flash kernel on
 GPU, XLA elsewhere. Generation pre-fills a cache of keys and values for the prompt, then feeds
 one token at a time, attending to the cached positions (a plain masked softmax: one query).
 """
 from __future__ import annotations
+
+import functools
+import math
 
 import jax
 import jax.numpy as jnp
@@ -28,6 +38,12 @@ def rotary(x, positions):  # (B, T, H, D), (T,) -> (B, T, H, D): rotate feature 
     return jnp.concatenate([x1 * cos - x2 * sin, x1 * sin + x2 * cos], -1).astype(x.dtype)
 
 
+def _linear(cin, cout, std, key, bias=True):
+    """A Linear layer with GPT-2's N(0, std^2) weights and zero bias."""
+    layer = nn.Linear(cin, cout, use_bias=bias, key=key)
+    return layer.replace(weight=std * jax.random.normal(key, (cin, cout)), bias=jnp.zeros(cout) if bias else None)
+
+
 class Block(nn.Module):
     ln1: nn.LayerNorm
     qkv: nn.Linear
@@ -38,13 +54,16 @@ class Block(nn.Module):
     drop: nn.Dropout
     heads: int = static()
     rotary: bool = static()
+    gelu_approximate: bool = static(False)  # the tanh GELU (GPT-2's gelu_new)
 
-    def __init__(self, dim, heads, use_rotary, dropout, *, key):
+    def __init__(self, dim, heads, use_rotary, dropout, *, key, depth=1, gelu_approximate=False, eps=1e-5):
         k = jax.random.split(key, 4)
-        self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
-        self.qkv, self.proj = nn.Linear(dim, 3 * dim, key=k[0]), nn.Linear(dim, dim, key=k[1])
-        self.fc, self.out = nn.Linear(dim, 4 * dim, key=k[2]), nn.Linear(4 * dim, dim, key=k[3])
+        residual = 0.02 / math.sqrt(2 * depth)
+        self.ln1, self.ln2 = nn.LayerNorm(dim, eps), nn.LayerNorm(dim, eps)
+        self.qkv, self.proj = _linear(dim, 3 * dim, 0.02, k[0]), _linear(dim, dim, residual, k[1])
+        self.fc, self.out = _linear(dim, 4 * dim, 0.02, k[2]), _linear(4 * dim, dim, residual, k[3])
         self.drop, self.heads, self.rotary = nn.Dropout(dropout), heads, use_rotary
+        self.gelu_approximate = gelu_approximate
 
     def attend(self, x, positions, cache=None, length=None):
         """Self-attention of x (B, T, C) at `positions`; with a cache (k, v: (B, S, H, D)), write
@@ -58,16 +77,17 @@ class Block(nn.Module):
             return self.proj(y.reshape(B, T, C)), None
         ck = jax.lax.dynamic_update_slice_in_dim(cache[0], k.astype(cache[0].dtype), positions[0], axis=1)
         cv = jax.lax.dynamic_update_slice_in_dim(cache[1], v.astype(cache[1].dtype), positions[0], axis=1)
-        scores = jnp.einsum("bthd,bshd->bhts", q, ck) / jnp.sqrt(jnp.float32(q.shape[-1])).astype(q.dtype)
+        scores = jnp.einsum("bthd,bshd->bhts", q, ck, preferred_element_type=jnp.float32)  # (B, H, T, S), fp32
+        scores = scores / jnp.sqrt(jnp.float32(q.shape[-1]))
         visible = jnp.arange(ck.shape[1])[None, :] <= positions[:, None]  # (T, S): causal over the cache
         scores = jnp.where(expand_to(visible, 4), scores, jnp.finfo(scores.dtype).min)
-        y = jnp.einsum("bhts,bshd->bthd", jax.nn.softmax(scores, axis=-1), cv)
+        y = jnp.einsum("bhts,bshd->bthd", jax.nn.softmax(scores, axis=-1).astype(cv.dtype), cv)
         return self.proj(y.reshape(B, T, C)), (ck, cv)
 
     def __call__(self, x, positions, cache=None):
         a, cache = self.attend(self.ln1(x), positions, cache)
         x = x + self.drop(a)
-        x = x + self.drop(self.out(nn.gelu(self.fc(self.ln2(x)))))
+        x = x + self.drop(self.out(jax.nn.gelu(self.fc(self.ln2(x)), approximate=self.gelu_approximate)))
         return x, cache
 
 
@@ -80,16 +100,18 @@ class GPT(nn.Module):
     max_len: int = static()
 
     def __init__(self, vocab_size: int, dim: int = 256, depth: int = 4, heads: int = 4, max_len: int = 256,
-                 rotary: bool = False, tie_weights: bool = True, dropout: float = 0.0, *, key):
+                 rotary: bool = False, tie_weights: bool = True, dropout: float = 0.0, *, key,
+                 gelu_approximate: bool = False, eps: float = 1e-5):
         if dim % heads:
             raise ValueError(f"GPT: heads={heads} must divide dim={dim}")
         keys = jax.random.split(key, depth + 3)
         self.embed = nn.Embedding(vocab_size, dim, key=keys[0])
-        self.embed = self.embed.replace(weight=0.02 * self.embed.weight)  # GPT-2's N(0, 0.02)
-        self.pos = None if rotary else 0.01 * jax.random.normal(keys[1], (max_len, dim))
-        self.blocks = tuple(Block(dim, heads, rotary, dropout, key=k) for k in keys[3:])
-        self.ln_f = nn.LayerNorm(dim)
-        self.head = None if tie_weights else nn.Linear(dim, vocab_size, use_bias=False, key=keys[2])
+        self.embed = self.embed.replace(weight=0.02 * self.embed.weight)
+        self.pos = None if rotary else 0.02 * jax.random.normal(keys[1], (max_len, dim))
+        self.blocks = tuple(Block(dim, heads, rotary, dropout, key=k, depth=depth, gelu_approximate=gelu_approximate,
+                                  eps=eps) for k in keys[3:])
+        self.ln_f = nn.LayerNorm(dim, eps)
+        self.head = None if tie_weights else _linear(dim, vocab_size, 0.02, keys[2], bias=False)
         self.max_len = max_len
 
     def logits(self, x):  # (B, T, C) -> (B, T, V)
@@ -143,26 +165,28 @@ def sample_token(logits, key, temperature: float = 1.0, top_k: int | None = None
 
 
 def generate(model: GPT, prompt, max_new_tokens: int, *, key, temperature: float = 1.0, top_k: int | None = None):
-    """Extend `prompt` (B, T0) by `max_new_tokens` tokens; returns (B, T0 + max_new_tokens)."""
+    """Extend `prompt` (B, T0) by `max_new_tokens` tokens; returns (B, T0 + max_new_tokens).
+    Compiled once per model configuration, prompt shape, length and sampling settings."""
     B, T0 = prompt.shape
     if T0 + max_new_tokens > model.max_len:
         raise ValueError(f"GPT.generate: prompt length {T0} + {max_new_tokens} new tokens exceeds "
                          f"max_len={model.max_len}")
+    return _generate(model, prompt, key, max_new_tokens, temperature, top_k)
 
-    @jax.jit
-    def run(model, prompt, key):
-        logits, cache = model.step(prompt, 0, model.empty_cache(B, model.embed.weight.dtype))
-        first = sample_token(logits[:, -1], jax.random.fold_in(key, 0), temperature, top_k)
 
-        def body(i, carry):
-            tokens, cache = carry
-            logits, cache = model.step(tokens[:, T0 + i - 1][:, None], T0 + i - 1, cache)
-            nxt = sample_token(logits[:, -1], jax.random.fold_in(key, i), temperature, top_k)
-            return tokens.at[:, T0 + i].set(nxt), cache
+@functools.partial(jax.jit, static_argnums=(3, 4, 5))
+def _generate(model, prompt, key, max_new_tokens, temperature, top_k):
+    B, T0 = prompt.shape
+    logits, cache = model.step(prompt, 0, model.empty_cache(B, model.embed.weight.dtype))
+    first = sample_token(logits[:, -1], jax.random.fold_in(key, 0), temperature, top_k)
 
-        tokens = jnp.zeros((B, T0 + max_new_tokens), prompt.dtype).at[:, :T0].set(prompt)
-        tokens = tokens.at[:, T0].set(first.astype(prompt.dtype))
-        tokens, _ = jax.lax.fori_loop(1, max_new_tokens, body, (tokens, cache))
-        return tokens
+    def body(i, carry):
+        tokens, cache = carry
+        logits, cache = model.step(tokens[:, T0 + i - 1][:, None], T0 + i - 1, cache)
+        nxt = sample_token(logits[:, -1], jax.random.fold_in(key, i), temperature, top_k)
+        return tokens.at[:, T0 + i].set(nxt.astype(tokens.dtype)), cache
 
-    return run(model, prompt, key)
+    tokens = jnp.zeros((B, T0 + max_new_tokens), prompt.dtype).at[:, :T0].set(prompt)
+    tokens = tokens.at[:, T0].set(first.astype(prompt.dtype))
+    tokens, _ = jax.lax.fori_loop(1, max_new_tokens, body, (tokens, cache))
+    return tokens
