@@ -6,6 +6,10 @@ Our format (version 1), a JSON object:
      "special_tokens": {"<|endoftext|>": 4095},
      "merges": [[116, 104, 256], [256, 101, 257], ...]}      # (left id, right id, new id)
 
+GPT-2's own files (`vocab.json` + `merges.txt`, as transformers writes them) load with
+`load_gpt2(folder)`: Frost's BPE with GPT-2's pre-tokenisation pattern, its ids renumbered to the
+vocab.json's (GPT-2 does not number the 256 bytes 0-255 in order), so they equal HF's.
+
 HF export: a BPE model whose vocab and merges are written in GPT-2's byte-to-unicode alphabet, a
 Split pre-tokenizer with our regex followed by ByteLevel(use_regex=False) (so HF splits exactly as
 we do), a ByteLevel decoder, and the special tokens as added tokens. HF then produces our ids.
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 import tempfile
 
 import numpy as np
@@ -22,6 +27,7 @@ import regex
 from .bpe import Tokenizer
 
 FORMAT, VERSION = "frost-bpe", 1
+GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 
 
 def token_dtype(vocab_size: int):
@@ -111,3 +117,48 @@ def to_hf_json(tok: Tokenizer) -> dict:
 
 def save_hf(tok: Tokenizer, path) -> None:
     _write_atomic(path, json.dumps(to_hf_json(tok), ensure_ascii=False, indent=1))
+
+
+class Renumbered:
+    """A Tokenizer whose ids are another vocabulary's: `ids[frost id]` is that vocabulary's id.
+    `encode` and `decode` as Tokenizer's; `tok` is the Frost tokenizer underneath."""
+
+    def __init__(self, tok: Tokenizer, ids):
+        self.tok, self.ids = tok, list(ids)
+        self._frost = {v: i for i, v in enumerate(self.ids)}
+        self.vocab_size = max(self.ids) + 1
+
+    def __repr__(self):
+        return f"Renumbered({self.tok!r})"
+
+    def encode(self, text: str, *, special: str = "refuse") -> list[int]:
+        return [self.ids[i] for i in self.tok.encode(text, special=special)]
+
+    def decode(self, ids, errors: str = "replace") -> str:
+        """Ids -> text; an id the vocabulary does not have (a padded model vocabulary) is skipped."""
+        return self.tok.decode([self._frost[i] for i in ids if i in self._frost], errors)
+
+
+def load_gpt2(folder) -> Renumbered:
+    """A GPT-2 tokenizer folder (vocab.json + merges.txt) -> Frost's BPE giving the same ids as
+    transformers' GPT2Tokenizer. Vocabulary entries that no merge makes (<|endoftext|>) are special tokens."""
+    folder = pathlib.Path(folder)
+    try:
+        vocab = json.loads((folder / "vocab.json").read_text(encoding="utf-8"))
+        lines = (folder / "merges.txt").read_text(encoding="utf-8").splitlines()
+    except (OSError, json.JSONDecodeError) as e:
+        raise ValueError(f"{folder}: cannot read a GPT-2 tokenizer (vocab.json and merges.txt): {e}") from None
+    ids = {c: b for b, c in enumerate(_byte_chars())}  # token text in GPT-2's alphabet -> Frost id
+    merges = []
+    for n, line in enumerate(lines, 1):
+        if line and not line.startswith("#version"):
+            pair = line.split(" ")
+            if len(pair) != 2 or not all(p in ids for p in pair):
+                raise ValueError(f"{folder / 'merges.txt'} line {n}: {line!r} is not a merge of two earlier tokens")
+            merges.append((ids[pair[0]], ids[pair[1]], ids.setdefault(pair[0] + pair[1], len(ids))))
+    unknown = [t for t in ids if t not in vocab]
+    if unknown:
+        raise ValueError(f"{folder / 'vocab.json'}: lacks {len(unknown)} tokens that merges.txt makes, e.g. {unknown[:3]}")
+    special = sorted(set(vocab) - set(ids), key=vocab.get)
+    tok = Tokenizer(merges, {s: len(ids) + i for i, s in enumerate(special)}, GPT2_PATTERN)
+    return Renumbered(tok, [vocab[t] for t in ids] + [vocab[s] for s in special])

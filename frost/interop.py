@@ -1,0 +1,231 @@
+"""Weights in and out: Hugging Face GPT-2 checkpoints and torchvision ResNets, from files a user has.
+
+    model = load_hf_gpt2("gpt2/")          # config.json + model.safetensors -> frost.models.gpt.GPT
+    save_hf_gpt2(model, "out/")            # transformers.GPT2LMHeadModel.from_pretrained("out/") loads it
+    tok = frost.text.io.load_gpt2("gpt2/")  # vocab.json + merges.txt -> Frost's BPE, speaking HF's ids
+    net = load_torch_resnet("resnet50.safetensors", "resnet50")   # torchvision names -> frost ResNet
+    state = torch_state_dict(net)          # the reverse: {torchvision name: numpy array}
+
+Nothing downloads. Each Frost leaf has a PyTree path (`blocks.0.qkv.weight`); a renaming rule
+maps it to the peer's name (`transformer.h.0.attn.c_attn.weight`) and says whether the layout
+differs: torch's Linear weight is (out, in) and Conv2d's (out, in, kh, kw), Frost's (in, out)
+and (kh, kw, in, out); transformers' GPT-2 `Conv1D` is (in, out) already, so only an untied
+`lm_head` is transposed there. Loading builds the model's shapes with `jax.eval_shape` (no
+random initialisation), compares them with the file's, and reports every missing key,
+unexpected key and differing shape in one `WeightsError` (a `frost.config.UsageError`).
+"""
+from __future__ import annotations
+
+import json
+import pathlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from safetensors.flax import load_file, save
+
+from frost import atomic
+from frost.config import UsageError
+from frost.models import gpt, resnet
+
+GPT2_LAYERS = {"ln1": "ln_1", "ln2": "ln_2", "qkv": "attn.c_attn", "proj": "attn.c_proj", "fc": "mlp.c_fc",
+               "out": "mlp.c_proj"}
+GPT2_GELU = {"gelu_new": True, "gelu_pytorch_tanh": True, "gelu": False}  # name -> tanh approximation?
+RESNETS = {"resnet18": resnet.resnet18, "resnet34": resnet.resnet34, "resnet50": resnet.resnet50}
+
+
+class WeightsError(UsageError):
+    """Weights that do not fit the model: missing, unexpected or differently shaped keys."""
+
+
+def _path(tree_path) -> str:
+    return jax.tree_util.keystr(tree_path, simple=True, separator=".")
+
+
+def _to_torch(a):  # Frost layout -> torch layout: (kh, kw, in, out) -> (out, in, kh, kw); (in, out) -> (out, in)
+    return a.transpose(3, 2, 0, 1) if a.ndim == 4 else a.T
+
+
+def _torch_shape(shape) -> tuple:
+    return (shape[3], shape[2], shape[0], shape[1]) if len(shape) == 4 else tuple(reversed(shape))
+
+
+def _to_frost(a):
+    return a.transpose(2, 3, 1, 0) if a.ndim == 4 else a.T
+
+
+def _brief(keys, limit=8) -> str:
+    keys = sorted(keys)
+    return ", ".join(keys[:limit]) + (f" (and {len(keys) - limit} more)" if len(keys) > limit else "") or "none"
+
+
+def read_weights(source) -> dict:
+    """A state dict from a safetensors file, a .pth/.bin file (read with torch.load(weights_only=True),
+    when torch is installed), or a dict of arrays or torch tensors."""
+    if isinstance(source, dict):  # torch tensors (bf16 too) or arrays
+        return {k: v.detach().cpu().float().numpy() if hasattr(v, "detach") and v.is_floating_point()
+                else np.asarray(v) for k, v in source.items()}
+    path = pathlib.Path(source)
+    if not path.is_file():
+        raise UsageError(f"{path}: no such weights file")
+    if path.suffix in (".pth", ".pt", ".bin"):
+        try:
+            import torch
+        except ImportError:
+            raise UsageError(f"{path}: reading a PyTorch file needs torch installed; or convert it to "
+                             "safetensors (safetensors.torch.save_file)") from None
+        return read_weights(torch.load(path, map_location="cpu", weights_only=True))
+    return {k: np.asarray(v) for k, v in load_file(str(path)).items()}  # the flax reader: bfloat16 too
+
+
+def _fill(template, weights: dict, rename, source, ignore=()):
+    """`template` (a tree of ShapeDtypeStructs) filled from `weights` {peer name: array}; `rename(path)`
+    gives a leaf's (peer name, transposed?). Keys ending in `ignore` may be left over."""
+    paths, treedef = jax.tree_util.tree_flatten_with_path(template)
+    wanted = {}
+    for tree_path, leaf in paths:
+        name, transposed = rename(_path(tree_path), len(leaf.shape))
+        wanted[name] = (leaf, transposed, _torch_shape(leaf.shape) if transposed else tuple(leaf.shape))
+    missing = set(wanted) - set(weights)
+    unexpected = {k for k in set(weights) - set(wanted) if not k.endswith(tuple(ignore))}
+    shapes = [f"{k} {list(weights[k].shape)} (the model's is {list(s)})" for k, (_, _, s) in wanted.items()
+              if k in weights and tuple(weights[k].shape) != s]
+    if missing or unexpected or shapes:
+        raise WeightsError(f"{source}: the weights do not fit the model: missing keys: {_brief(missing)}; "
+                           f"unexpected keys: {_brief(unexpected)}; shapes that differ: {_brief(shapes)}")
+    leaves = [jnp.asarray((_to_frost(weights[k]) if t else weights[k]).astype(leaf.dtype))
+              for k, (leaf, t, _) in wanted.items()]
+    return jax.tree.unflatten(treedef, leaves)
+
+
+def _export(model, rename) -> dict:
+    out = {}
+    for tree_path, leaf in jax.tree_util.tree_flatten_with_path(model)[0]:
+        name, transposed = rename(_path(tree_path), np.ndim(leaf))
+        out[name] = np.array(_to_torch(np.asarray(leaf)) if transposed else leaf, order="C")  # a writable copy
+    return out
+
+
+# --- GPT-2 (transformers' GPT2LMHeadModel) ---
+
+def _gpt2_name(path: str, ndim: int) -> tuple[str, bool]:
+    parts = path.split(".")
+    if parts[0] == "blocks":  # blocks.3.qkv.weight -> transformer.h.3.attn.c_attn.weight
+        return f"transformer.h.{parts[1]}.{GPT2_LAYERS[parts[2]]}.{parts[3]}", False
+    if parts[0] == "head":
+        return "lm_head.weight", True
+    return {"embed.weight": "transformer.wte.weight", "pos": "transformer.wpe.weight"}.get(path, "transformer." + path), False
+
+
+def _gpt2_options(config: dict, source) -> dict:
+    """GPT's constructor arguments for a transformers GPT2Config (its defaults fill missing fields)."""
+    if config.get("model_type") != "gpt2":
+        raise UsageError(f"{source}: model_type {config.get('model_type')!r}, but only 'gpt2' checkpoints load")
+    dim, act = config.get("n_embd", 768), config.get("activation_function", "gelu_new")
+    unsupported = [f"{k}={config.get(k)!r}" for k, ok in [
+        ("activation_function", act in GPT2_GELU), ("n_inner", config.get("n_inner") in (None, 4 * dim)),
+        ("scale_attn_weights", config.get("scale_attn_weights", True)),
+        ("scale_attn_by_inverse_layer_idx", not config.get("scale_attn_by_inverse_layer_idx")),
+        ("add_cross_attention", not config.get("add_cross_attention"))] if not ok]
+    if unsupported:
+        raise UsageError(f"{source}: Frost's GPT does not support {', '.join(unsupported)}")
+    return dict(vocab_size=config.get("vocab_size", 50257), dim=dim, depth=config.get("n_layer", 12),
+                heads=config.get("n_head", 12), max_len=config.get("n_positions", 1024), rotary=False,
+                tie_weights=config.get("tie_word_embeddings", True), gelu_approximate=GPT2_GELU[act],
+                eps=config.get("layer_norm_epsilon", 1e-5))
+
+
+def load_hf_gpt2(path, dtype=jnp.float32) -> gpt.GPT:
+    """A transformers GPT-2 checkpoint folder (config.json, model.safetensors or a sharded
+    model.safetensors.index.json, or pytorch_model.bin with torch) -> a Frost GPT, same logits."""
+    path = pathlib.Path(path)
+    try:
+        config = json.loads((path / "config.json").read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise UsageError(f"{path / 'config.json'}: cannot read a GPT-2 config ({e})") from None
+    options = _gpt2_options(config, path / "config.json")
+    index = path / "model.safetensors.index.json"
+    if index.is_file():
+        files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+    else:
+        files = [next((f for f in ("model.safetensors", "pytorch_model.bin") if (path / f).is_file()), "model.safetensors")]
+    weights = {k: v for f in files for k, v in read_weights(path / f).items()}
+    if not any(k.startswith("transformer.") for k in weights):  # saved from GPT2Model: no prefix
+        weights = {("" if k.startswith("lm_head.") else "transformer.") + k: v for k, v in weights.items()}
+    template = jax.eval_shape(lambda k: gpt.GPT(**options, key=k), jax.random.key(0))
+    template = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, dtype), template)
+    ignore = (".attn.bias", ".attn.masked_bias") + (("lm_head.weight",) if options["tie_weights"] else ())
+    return _fill(template, weights, _gpt2_name, path, ignore)
+
+
+def save_hf_gpt2(model: gpt.GPT, path) -> pathlib.Path:
+    """Write `model` as a transformers GPT-2 checkpoint folder (config.json + model.safetensors)."""
+    if model.pos is None:
+        raise UsageError("save_hf_gpt2: this GPT uses rotary positions, which GPT-2 does not have; "
+                         "only a GPT(rotary=False) (learned positions) can be written as GPT-2")
+    block, (vocab, dim) = model.blocks[0], model.embed.weight.shape
+    config = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": vocab, "n_embd": dim,
+              "n_positions": model.max_len, "n_layer": len(model.blocks), "n_head": block.heads, "n_inner": None,
+              "activation_function": "gelu_new" if block.gelu_approximate else "gelu",
+              "layer_norm_epsilon": block.ln1.eps, "tie_word_embeddings": model.head is None,
+              "resid_pdrop": block.drop.p, "embd_pdrop": 0.0, "attn_pdrop": 0.0, "bos_token_id": None,
+              "eos_token_id": None, "dtype": np.dtype(model.embed.weight.dtype).name}
+    path = pathlib.Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    weights = {k: jnp.asarray(v) for k, v in _export(model, _gpt2_name).items()}
+    atomic.write(path / "model.safetensors", save(weights, metadata={"format": "pt"}))
+    atomic.write(path / "config.json", json.dumps(config, indent=1))
+    return path
+
+
+# --- torchvision ResNets ---
+
+def _stage_names(model) -> list[str]:
+    """Each block's torchvision prefix, 'layer2.0': a stage starts with the first block or a projection."""
+    names, stage, j = [], 0, 0
+    for i, block in enumerate(model.blocks):
+        stage, j = (stage + 1, 0) if i == 0 or block.shortcut is not None else (stage, j)
+        names.append(f"layer{stage}.{j}")
+        j += 1
+    return names
+
+
+def _resnet_rename(model):
+    stages = _stage_names(model)
+
+    def rename(path: str, ndim: int) -> tuple[str, bool]:
+        p = path.split(".")  # stem.layers.1.running_mean, blocks.4.shortcut.layers.0.weight, head.bias
+        if p[0] == "stem":
+            name = ("conv1." if p[2] == "0" else "bn1.") + p[3]
+        elif p[0] == "head":
+            name = "fc." + p[1]
+        else:
+            name = stages[int(p[1])] + "." + ".".join(p[2:]).replace("shortcut.layers", "downsample")
+        return name, ndim >= 2  # conv and fc weights
+    return rename
+
+
+def load_torch_resnet(state_dict, name: str) -> resnet.ResNet:
+    """A torchvision-named ResNet-18/34/50 state dict (a safetensors or .pth file, or a dict of
+    arrays) -> the Frost ResNet with the same eval-mode outputs (BatchNorm statistics included)."""
+    if name not in RESNETS:
+        raise UsageError(f"load_torch_resnet: name {name!r}: choose one of {', '.join(RESNETS)}")
+    weights = read_weights(state_dict)
+    fc, conv1 = weights.get("fc.weight"), weights.get("conv1.weight")
+    classes = fc.shape[0] if fc is not None and fc.ndim == 2 else 1000
+    channels = conv1.shape[1] if conv1 is not None and conv1.ndim == 4 else 3
+    template = jax.eval_shape(lambda k: RESNETS[name](classes, channels, key=k), jax.random.key(0))
+    source = state_dict if isinstance(state_dict, (str, pathlib.Path)) else f"load_torch_resnet(..., {name!r})"
+    return _fill(template, weights, _resnet_rename(template), source, ignore=("num_batches_tracked",))
+
+
+def torch_state_dict(model: resnet.ResNet) -> dict:
+    """{torchvision name: numpy array} of an ImageNet-family Frost ResNet, for
+    `torch_model.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})`."""
+    if len(model.stem) != 4:
+        raise UsageError("torch_state_dict: only the ImageNet ResNets (resnet18/34/50, 7x7 stem and max-pool) "
+                         "have torchvision names")
+    state = _export(model, _resnet_rename(model))
+    for key in [k for k in state if k.endswith("running_var")]:
+        state[key[:-len("running_var")] + "num_batches_tracked"] = np.zeros((), np.int64)
+    return state
