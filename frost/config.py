@@ -15,7 +15,8 @@ command-line options generated from its fields, so the CLI, the README and the j
 A field's `check` returns None when the value is allowed, or what is allowed ("must be > 0").
 Building a config with a bad value raises `UsageError("--lr -1.0: must be > 0")`: the CLI prints
 that one line as `frost: error: ...` and exits 2. `UsageError` is the class of every user's
-mistake Frost reports (bad flags, missing or too-small data, stale run directories).
+mistake Frost reports (bad flags, missing or too-small data, stale run directories); its base
+`FrostError` covers errors that are not a mistake but need no traceback either (exit 1).
 """
 from __future__ import annotations
 
@@ -25,8 +26,13 @@ import math
 import typing
 
 
-class UsageError(ValueError):
-    """A user's mistake, with a message that names the value and says what is allowed."""
+class FrostError(Exception):
+    """An error whose message tells the whole story (a diverged run, a failed data worker): the
+    CLI prints it as one line and exits 1, with the traceback only under --debug."""
+
+
+class UsageError(FrostError, ValueError):
+    """A user's mistake, with a message that names the value and says what is allowed (exit 2)."""
 
 
 def option(default, help: str, check=None, choices=None, cli: bool = True):
@@ -41,11 +47,11 @@ def flag(name: str) -> str:
 # --- checks: value -> None if allowed, else what is allowed ---
 
 def positive(x):
-    return None if isinstance(x, (int, float)) and math.isfinite(x) and x > 0 else "must be a finite number > 0"
+    return None if isinstance(x, (int, float)) and math.isfinite(x) and x > 0 else "must be > 0"
 
 
 def nonnegative(x):
-    return None if isinstance(x, (int, float)) and math.isfinite(x) and x >= 0 else "must be a finite number >= 0"
+    return None if isinstance(x, (int, float)) and math.isfinite(x) and x >= 0 else "must be >= 0"
 
 
 def optional(check):
@@ -110,25 +116,24 @@ def add_options(parser: argparse.ArgumentParser, classes, labels=None) -> None:
     for name, (hint, meta, defaults) in seen.items():
         kind = _arg_type(hint)
         values = {repr(d) for _, d in defaults}
-        default = (f"default {defaults[0][1]!r}" if len(values) == 1 else
-                   "default " + ", ".join(f"{d!r} ({label})" for label, d in defaults))
-        help = f"{meta.get('help', '')} ({default})".replace("%", "%%")
+        default = ("" if values == {"None"} else f" (default {defaults[0][1]})" if len(values) == 1 else
+                   " (default " + ", ".join(f"{d} ({label})" for label, d in defaults) + ")")
+        help = (meta.get("help", "") + default).replace("%", "%%")
         if kind is bool:
             parser.add_argument(flag(name), action=argparse.BooleanOptionalAction, default=None, help=help)
         else:
-            parser.add_argument(flag(name), type=kind, default=None, help=help, metavar=name.upper(),
-                                choices=meta.get("choices"))
+            parser.add_argument(flag(name), type=kind, default=None, help=help, choices=meta.get("choices"),
+                                metavar=None if meta.get("choices") else name.upper())
     parser.set_defaults(_config_options=tuple(seen))
 
 
-def from_args(cls, args: argparse.Namespace, **fixed):
+def from_args(cls, args: argparse.Namespace, command: str = "this command", **fixed):
     """Build `cls` from the options given on the command line (plus `fixed` values). An option
     given that `cls` has no field for is refused, never ignored."""
     names = {f.name for f in dataclasses.fields(cls)}
     given = {k: getattr(args, k) for k in getattr(args, "_config_options", ()) if getattr(args, k) is not None}
     stray = sorted(set(given) - names)
     if stray:
-        raise UsageError(f"{', '.join(flag(s) for s in stray)}: not an option of this job "
-                         f"({cls.__module__}.{cls.__qualname__})")
+        raise UsageError(f"{', '.join(flag(s) for s in stray)}: not an option of {command}")
     return cls(**{**given, **fixed})
 

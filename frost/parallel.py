@@ -19,13 +19,15 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from frost.config import UsageError
+
 
 def make_mesh(data: int | None = None, model: int = 1, devices=None) -> Mesh:
     """A ("data", "model") mesh over `devices` (all of them by default); data defaults to the rest."""
     devices = list(jax.devices() if devices is None else devices)
     data = len(devices) // model if data is None else data
     if data * model != len(devices) or data < 1 or model < 1:
-        raise ValueError(f"mesh data={data} x model={model} = {data * model} devices, but {len(devices)} are "
+        raise UsageError(f"mesh data={data} x model={model} = {data * model} devices, but {len(devices)} are "
                          f"visible; choose sizes whose product is {len(devices)}")
     return Mesh(np.asarray(devices).reshape(data, model), ("data", "model"))
 
@@ -76,7 +78,7 @@ def batch_sharding(mesh: Mesh, axis: str = "data") -> NamedSharding:
 
 def check_batch(mesh: Mesh, batch_size: int, axis: str = "data") -> None:
     if batch_size % mesh.shape[axis]:
-        raise ValueError(f"batch size {batch_size} is not divisible by mesh axis '{axis}' of size "
+        raise UsageError(f"--batch-size {batch_size} is not divisible by mesh axis '{axis}' of size "
                          f"{mesh.shape[axis]}; choose a batch size that is a multiple of {mesh.shape[axis]}")
 
 
@@ -101,11 +103,11 @@ def parse_mesh(spec: str) -> dict:
     """"data=4,model=2" -> {"data": 4, "model": 2}."""
     try:
         sizes = {k.strip(): int(v) for k, v in (part.split("=") for part in spec.split(",") if part.strip())}
-    except ValueError as e:
-        raise ValueError(f"--mesh {spec!r}: expected AXIS=SIZE pairs such as data=4 or data=4,model=2") from e
+    except ValueError:
+        raise UsageError(f"--mesh {spec!r}: expected AXIS=SIZE pairs such as data=4 or data=4,model=2") from None
     unknown = set(sizes) - {"data", "model"}
-    if unknown:
-        raise ValueError(f"--mesh {spec!r}: unknown axis {sorted(unknown)}; the axes are data and model")
+    if unknown or not sizes or min(sizes.values()) < 1:
+        raise UsageError(f"--mesh {spec!r}: the axes are data and model, each of size >= 1")
     return sizes
 
 
@@ -113,7 +115,7 @@ def distribute(tree, mesh_spec: str, strategy: str, batch_size: int):
     """Lay `tree` (e.g. {"model": ..., "opt_state": ...}) out on a mesh: returns
     (placed tree, its shardings, the batch sharding)."""
     if strategy not in STRATEGIES:
-        raise ValueError(f"--strategy {strategy!r}: choose one of {', '.join(STRATEGIES)}")
+        raise UsageError(f"--strategy {strategy!r}: choose one of {', '.join(STRATEGIES)}")
     mesh = make_mesh(**parse_mesh(mesh_spec))
     check_batch(mesh, batch_size)
     shardings = STRATEGIES[strategy](tree, mesh)
@@ -129,7 +131,7 @@ def initialize(coordinator: str | None = None, num_processes: int | None = None,
     if num_processes <= 1:
         return
     if coordinator is None:
-        raise ValueError("multi-process training needs --coordinator HOST:PORT (or FROST_COORDINATOR)")
+        raise UsageError("multi-process training needs --coordinator HOST:PORT (or FROST_COORDINATOR)")
     if jax.config.jax_platforms in (None, "", "cpu") or os.environ.get("JAX_PLATFORMS") == "cpu":
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(coordinator, num_processes, process_id)

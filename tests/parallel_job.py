@@ -14,7 +14,7 @@ import numpy as np
 
 from frost import data, optim, parallel
 from frost.models import gpt, resnet
-from frost.train import loop
+from frost.train import losses, loop
 
 STEPS = 3
 
@@ -24,13 +24,13 @@ def resnet_setup():
     x = rng.standard_normal((64, 8, 8, 3)).astype(np.float32)
     y = rng.integers(0, 10, 64).astype(np.int32)
     model = jax.jit(lambda k: resnet.resnet20(10, 3, key=k))(jax.random.key(0))
-    return model, optim.sgd(0.05, momentum=0.9, nesterov=True, weight_decay=5e-4), (x, y), loop.classification_loss
+    return model, optim.sgd(0.05, momentum=0.9, nesterov=True, weight_decay=5e-4), (x, y), losses.classification_loss
 
 
 def gpt_loss(model, batch, key):
     x, y = batch
     logits = model(x)
-    return loop.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1)), (model, {})
+    return losses.cross_entropy(logits, y), (model, {})
 
 
 def gpt_setup():

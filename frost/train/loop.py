@@ -2,19 +2,22 @@
 
     step_fn = make_train_step(optimizer, classification_loss)
     state = TrainState(model, optimizer.init(model), key=jax.random.key(0))
-    state = fit(state, step_fn, loader, epochs=3, run_dir="runs/r20", evaluate=...)
+    state = fit(state, step_fn, loader, epochs=3, run_dir="runs/r20", eval_fn=...)
 
 A step is a pure function `(model, opt_state, batch, key) -> (model, opt_state, metrics)`. The loss
 function returns `(loss, (stats_model, metrics))`, where `stats_model` is the model with
 BatchNorm statistics updated by `frost.nn.apply(..., train=True)`; the step applies the
-optimizer to the parameters and takes the buffers from `stats_model`.
+optimizer to the parameters and takes the buffers from `stats_model`. With Sophia, the step
+also refreshes the Hessian estimate (`hessian="gnb"` or `"hutchinson"`, see losses.HESSIAN).
 
-Safety: if the loss or any gradient is non-finite, the step returns the old model and optimizer
-state unchanged and `fit` raises `NonFiniteError` naming the step, leaving the last good
-checkpoint on disk. `fit` reads each step's flag after dispatching the next step, so the host
-never waits for the device between steps. Determinism: the key of step t is `fold_in(key, t)`,
-the loader's position is saved in each checkpoint, so a resumed run repeats an uninterrupted one
-exactly on CPU.
+The non-finite policy (one for every job): a step whose loss, gradients, new parameters or new
+optimizer state hold a NaN or an Inf is not applied; the step returns the old state and
+`finite=False`. `fit` then stops (`on_nonfinite="stop"`: raise NonFiniteError; every
+checkpoint on disk is finite, since only finite states are ever kept) or skips the step and goes
+on (`"skip"`), stopping after `max_skips` bad steps in a row. `fit` reads each step's flag after
+dispatching the next, so the host never waits for the device between steps. Determinism: the key
+of step t is `fold_in(key, t)`, and the loader's position is saved in each checkpoint, so a
+resumed run repeats an uninterrupted one exactly on CPU.
 """
 from __future__ import annotations
 
@@ -28,15 +31,16 @@ import jax.numpy as jnp
 from tqdm import tqdm
 
 from frost import nn, parallel
-from frost.optim import all_finite, apply_updates
-from frost.train import checkpoint
-
+from frost.config import FrostError
+from frost.optim import all_finite, apply_updates, update_hessian
+from frost.train import checkpoint, metrics as metrics_log
+from frost.train.losses import HESSIAN, classification_loss, eval_sums
 
 _fold_in = jax.jit(jax.random.fold_in)  # the step's key; jitted: 8 us a call, 64 us eagerly
 
 
-class NonFiniteError(FloatingPointError):
-    pass
+class NonFiniteError(FrostError, FloatingPointError):
+    """Training met a non-finite step; the message names it and the last (finite) checkpoint."""
 
 
 @dataclasses.dataclass
@@ -47,36 +51,31 @@ class TrainState:
     step: int = 0
     loader_state: dict | None = None
     last_eval: dict | None = None  # the latest `eval_fn` result (not checkpointed)
+    skipped: int = 0  # non-finite steps skipped (on_nonfinite="skip")
 
     def tree(self):
         return {"model": self.model, "opt_state": self.opt_state, "key": self.key}
 
 
-def cross_entropy(logits, labels):  # (N, K), (N,) -> ()
-    logp = jax.nn.log_softmax(logits.astype(jnp.float32))
-    return -jnp.mean(jnp.take_along_axis(logp, labels[:, None].astype(jnp.int32), axis=1))
-
-
-def classification_loss(model, batch, key):
-    """Softmax cross-entropy for `(inputs, integer labels)` batches, in training mode."""
-    x, labels = batch
-    logits, stats_model = nn.apply(model, x, train=True, key=key)
-    accuracy = jnp.mean(jnp.argmax(logits, -1) == labels)
-    return cross_entropy(logits, labels), (stats_model, {"accuracy": accuracy})
-
-
-def make_train_step(optimizer, loss_fn=classification_loss, prepare=lambda batch: batch, shardings=None):
+def make_train_step(optimizer, loss_fn=classification_loss, prepare=lambda batch: batch, shardings=None,
+                    hessian: str | None = None):
     """A jitted `(model, opt_state, batch, key) -> (model, opt_state, metrics)`; `prepare` maps
     the loader's batch to the loss function's (e.g. uint8 images to normalised floats).
 
     `shardings=(model, opt_state, batch)` (see frost.parallel) pins the layout of inputs and
     outputs on a mesh; the step itself is the same function on one device or many."""
+    if hessian is not None and hessian not in HESSIAN:
+        raise ValueError(f"hessian={hessian!r}: choose one of {', '.join(HESSIAN)}")
+
     def step(model, opt_state, batch, key):
-        grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
-        (loss, (stats_model, metrics)), grads = grad_fn(model, prepare(batch), key)
-        updates, new_opt_state = optimizer.update(grads, opt_state, model)
+        batch = prepare(batch)
+        (loss, (stats_model, metrics)), grads = jax.value_and_grad(loss_fn, has_aux=True)(model, batch, key)
+        new_opt_state = opt_state
+        if hessian is not None:
+            new_opt_state = update_hessian(opt_state, lambda: HESSIAN[hessian](loss_fn, model, batch, key))
+        updates, new_opt_state = optimizer.update(grads, new_opt_state, model)
         new_model = nn.update_buffers(apply_updates(model, updates), stats_model)
-        finite = jnp.isfinite(loss) & all_finite(grads)
+        finite = jnp.isfinite(loss) & all_finite(grads) & all_finite(new_model) & all_finite(new_opt_state)
         keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(finite, a, b), new, old)  # noqa: E731
         return keep(new_model, model), keep(new_opt_state, opt_state), dict(metrics, loss=loss, finite=finite)
     if shardings is None:
@@ -89,13 +88,7 @@ def make_train_step(optimizer, loss_fn=classification_loss, prepare=lambda batch
 
 def make_eval_step(prepare=lambda batch: batch):
     """A jitted `(model, batch) -> {loss_sum, correct, count}` in evaluation mode."""
-    @jax.jit
-    def step(model, batch):
-        x, labels = prepare(batch)
-        logits = model(x)
-        return {"loss_sum": cross_entropy(logits, labels) * labels.shape[0],
-                "correct": jnp.sum(jnp.argmax(logits, -1) == labels), "count": labels.shape[0]}
-    return step
+    return jax.jit(lambda model, batch: eval_sums(model, prepare(batch)))
 
 
 def evaluate(model, batches, eval_step) -> dict:
@@ -131,13 +124,14 @@ def restore(run_dir, state: TrainState) -> TrainState:
     if path is None:
         return state
     tree, meta = checkpoint.load(path, state.tree())
-    return TrainState(tree["model"], tree["opt_state"], tree["key"], meta["step"], meta.get("loader"))
+    return TrainState(tree["model"], tree["opt_state"], tree["key"], meta["step"], meta.get("loader"),
+                      skipped=meta.get("skipped", 0))
 
 
 def save(run_dir, state: TrainState, keep: int = 3, **meta) -> pathlib.Path | None:
     """Checkpoint `state`. Sharded arrays are gathered whole into host memory (across processes
     too: each process then holds the full state once), and process 0 writes the files."""
-    meta = dict(meta, step=state.step, loader=state.loader_state)
+    meta = dict(meta, step=state.step, loader=state.loader_state, skipped=state.skipped)
     tree = state.tree()
     if jax.process_count() > 1:
         from jax.experimental import multihost_utils
@@ -148,31 +142,48 @@ def save(run_dir, state: TrainState, keep: int = 3, **meta) -> pathlib.Path | No
     return checkpoint.save(pathlib.Path(run_dir) / "checkpoints", state.step, tree, meta, keep)
 
 
-def check_finite(pending, bar, run_dir):
-    """Raise NonFiniteError if the step in `pending = (step, metrics)` was not finite. fit checks
-    each step after dispatching the next, so the host never waits for the device in between;
-    a step after a non-finite one starts from the kept state and is discarded with it."""
-    if pending is None or bool(pending[1]["finite"]):
-        return
-    bar.close()
-    last = checkpoint.latest(pathlib.Path(run_dir) / "checkpoints")
-    raise NonFiniteError(f"non-finite loss or gradients at step {pending[0]} (loss={float(pending[1]['loss'])}); "
-                         f"training stopped, the update was not applied; last good checkpoint: {last or 'none yet'}")
+class _Policy:
+    """The non-finite policy, applied to each step's `finite` flag in stream order."""
+
+    def __init__(self, mode: str, max_skips: int, run_dir: pathlib.Path, bar):
+        if mode not in ("stop", "skip"):
+            raise ValueError(f"on_nonfinite={mode!r}: choose 'stop' or 'skip'")
+        self.mode, self.max_skips, self.run_dir, self.bar, self.in_a_row = mode, max_skips, run_dir, bar, 0
+
+    def __call__(self, pending, state: TrainState) -> TrainState:
+        """`pending = (step number, metrics)` of a dispatched step; returns `state` with its skip count."""
+        if pending is None or bool(pending[1]["finite"]):
+            self.in_a_row = 0
+            return state
+        self.in_a_row += 1
+        if self.mode == "skip" and self.in_a_row < self.max_skips:
+            return dataclasses.replace(state, skipped=state.skipped + 1)
+        self.bar.close()
+        last = checkpoint.latest(self.run_dir / "checkpoints")
+        why = (f"{self.in_a_row} steps in a row were non-finite and skipped (--max-skips {self.max_skips})"
+               if self.mode == "skip" else "training stopped before applying it")
+        raise NonFiniteError(f"step {pending[0]}: non-finite loss, gradients or update (loss="
+                             f"{float(pending[1]['loss'])}); {why}. The last checkpoint, {last or 'none yet'}, "
+                             "holds finite parameters and optimizer state. Lower --lr, or try --on-nonfinite skip")
 
 
 def fit(state: TrainState, train_step, loader, *, epochs: int, run_dir, eval_fn=None, keep: int = 3,
         log_every: int = 20, meta: dict | None = None, progress: bool = True, max_steps: int | None = None,
         unit: str = "images", count=lambda batch: len(jax.tree.leaves(batch)[0]), place=lambda batch: batch,
-        eval_name: str = "test"):
+        eval_name: str = "test", on_nonfinite: str = "stop", max_skips: int = 10):
     """Train until `loader.epoch == epochs` (or `max_steps`), checkpointing after every epoch.
 
     `loader` is positioned already (a `frost.data.Loader` built with `state=state.loader_state`).
-    `eval_fn(model) -> dict` runs after each epoch, logged as `{eval_name}_{key}`. Metrics go to `run_dir/metrics.jsonl`, with the
-    throughput in `unit`s per second (`count(batch)` of them per batch: rows by default).
+    `eval_fn(model) -> dict` runs after each epoch, logged as `{eval_name}_{key}`. Metrics go to
+    `run_dir/metrics.jsonl` (records past `state.step` from an earlier attempt are dropped first),
+    with the throughput in `unit`s per second (`count(batch)` of them per batch: rows by default).
     `place(batch)` puts a loader batch on the devices (e.g. frost.parallel.global_batch).
     """
+    if len(loader) == 0:
+        raise ValueError("fit: the loader yields no batches (fewer samples than one batch, with drop_last)")
     run_dir = pathlib.Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
+    metrics_log.rewind(run_dir / "metrics.jsonl", state.step)
     meta = meta or {}
     with open(run_dir / "metrics.jsonl", "a") as log:
         def write(record):
@@ -183,27 +194,30 @@ def fit(state: TrainState, train_step, loader, *, epochs: int, run_dir, eval_fn=
             epoch, start_batch = loader.epoch, loader.batch
             bar = tqdm(total=len(loader), initial=start_batch, desc=f"epoch {epoch + 1}/{epochs}",
                        disable=not progress, dynamic_ncols=True, leave=True)
+            policy = _Policy(on_nonfinite, max_skips, run_dir, bar)
             seen, t0, pending = 0, time.perf_counter(), None
             for batch in loader:
                 model, opt_state, metrics = train_step(state.model, state.opt_state, place(batch),
                                                        _fold_in(state.key, state.step))
-                check_finite(pending, bar, run_dir)  # the previous step's, while this one runs
+                state = policy(pending, state)  # the previous step's flag, while this one runs
                 pending = (state.step + 1, metrics)
                 state = dataclasses.replace(state, model=model, opt_state=opt_state, step=state.step + 1,
                                             loader_state=loader.state())
                 seen += count(batch)
                 bar.update(1)
-                if state.step % log_every == 0:
-                    check_finite(pending, bar, run_dir)  # logging waits for this step anyway; never log a bad one
+                if state.step % log_every == 0 and bool(metrics["finite"]):  # waits for this step anyway
+                    state, pending = policy(pending, state), None
                     rate = seen / (time.perf_counter() - t0)
                     record = {"step": state.step, "epoch": epoch, "loss": float(metrics["loss"]),
                               f"{unit}_per_s": rate, **{k: float(v) for k, v in metrics.items()
                                                        if k not in ("loss", "finite")}}
+                    if state.skipped:
+                        record["skipped"] = state.skipped
                     write(record)
                     bar.set_postfix(loss=f"{record['loss']:.4f}", per_s=f"{rate:.0f}")
                 if max_steps is not None and state.step >= max_steps:
                     break
-            check_finite(pending, bar, run_dir)
+            state = policy(pending, state)
             bar.close()
             if loader.epoch > epoch and eval_fn is not None:
                 result = eval_fn(state.model)
@@ -214,4 +228,3 @@ def fit(state: TrainState, train_step, loader, *, epochs: int, run_dir, eval_fn=
                           flush=True)
             save(run_dir, state, keep, **meta)
     return state
-

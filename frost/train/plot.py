@@ -1,19 +1,8 @@
 """`frost plot RUN_DIR`: loss and accuracy curves from `metrics.jsonl` to `RUN_DIR/curves.png`."""
-import json
 import pathlib
 
-
-def read_metrics(run_dir) -> list[dict]:
-    path = pathlib.Path(run_dir) / "metrics.jsonl"
-    if not path.exists():
-        raise FileNotFoundError(f"{path} not found: is {run_dir} a frost run directory?")
-    records = []
-    for n, line in enumerate(path.read_text().splitlines(), 1):
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}:{n}: not a JSON line ({e})") from e
-    return records
+from frost.config import UsageError
+from frost.train.metrics import read
 
 
 def plot(run_dir, out=None) -> pathlib.Path:
@@ -22,8 +11,8 @@ def plot(run_dir, out=None) -> pathlib.Path:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as e:
-        raise ImportError("frost plot needs matplotlib: pip install 'frost[plot]'") from e
-    records = read_metrics(run_dir)
+        raise UsageError("frost plot needs matplotlib: pip install 'frost[plot]'") from e
+    records = read(pathlib.Path(run_dir) / "metrics.jsonl")
     train = [r for r in records if "loss" in r]
     fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(10, 4))
     ax_loss.plot([r["step"] for r in train], [r["loss"] for r in train], label="train")

@@ -1,0 +1,142 @@
+"""One job mechanism behind every `frost train ...`: a job says what its data and model are;
+`run` does the rest the same way for all of them.
+
+    result = run(ImageJob(), ImageConfig(model="resnet20", epochs=5))
+
+The path: claim the run directory (refuse one holding another run; on --resume, refuse a
+different configuration), data (refuse data too small for one batch), model, optimizer by name
+from frost.optim.registry (Sophia's Hessian refresh wired into the step), restore, distribute,
+fit, final evaluation, `result.json`.
+
+A job is an object with:
+    config                      its config class (frost.train.configs)
+    data(cfg, run_dir, progress) -> Data
+    model(cfg, data, key)
+    schedule(cfg, steps)        the learning-rate schedule peaking at cfg.peak_lr
+    optimizer_args(cfg)         extra hyper-parameters for the named optimizer (e.g. AdamW's b2)
+    unit, per_row(cfg)          what throughput counts (images; tokens: seq_len per row)
+    eval_name, eval_batch(cfg)  how evaluation is named and batched
+    finish(cfg, run_dir, state, data) -> dict   extra result entries (e.g. a text sample)
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+import shutil
+import time
+from typing import Any, Callable, NamedTuple
+
+import jax
+
+from frost import atomic, data as fdata, optim
+from frost.config import UsageError
+from frost.optim.registry import OPTIMIZERS, build, resolve
+from frost.train import loop
+
+# Options that may change when a run is resumed: they steer the run, not its numbers.
+RESUMABLE = {"workers", "max_steps", "on_nonfinite", "max_skips", "out"}
+
+
+class Data(NamedTuple):
+    train: Any                          # a source of (x, y) samples
+    eval: Any                           # the same, or None
+    describe: str                       # for the start-up line
+    augment: Callable | None = None     # per-sample transform in the loader (training only)
+    eval_transform: Callable | None = None
+    prepare: Callable = lambda batch: batch  # on the device, inside the jitted step
+    extra: dict = {}
+
+
+def claim(cfg, resume: bool) -> pathlib.Path:
+    """The run directory, checked before any work: empty (or absent) for a new run; for --resume,
+    a run of the same configuration. Writes config.json."""
+    run_dir = pathlib.Path(cfg.run_dir)
+    saved = run_dir / "config.json"
+    mine = dataclasses.asdict(cfg)
+    if resume:
+        if not saved.exists():
+            raise UsageError(f"--resume: {run_dir} holds no run (no config.json); drop --resume to start one")
+        try:
+            theirs = json.loads(saved.read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise UsageError(f"--resume: {saved} is unreadable ({e}); start a new run with another --out") from None
+        changed = sorted(k for k in set(mine) | set(theirs) if k not in RESUMABLE and mine.get(k) != theirs.get(k))
+        if changed:
+            raise UsageError(f"--resume: {run_dir} was made with other settings (" + ", ".join(
+                f"--{k.replace('_', '-')} {theirs.get(k)!r}, now {mine.get(k)!r}" for k in changed) +
+                "); resume with the same options, or choose another --out")
+    elif run_dir.exists() and any(run_dir.iterdir()):
+        raise UsageError(f"--out {run_dir}: already holds files from another run; pass --resume to continue "
+                         "it, or choose another --out")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    atomic.write(saved, json.dumps(mine, indent=1))
+    return run_dir
+
+
+def make_optimizer(job, cfg, steps: int):
+    """The named optimizer over the job's schedule; Frost's own get the decay mask (matrices only)."""
+    extra = {"mask": optim.decay_mask, **job.optimizer_args(cfg)} if cfg.optimizer in OPTIMIZERS else {}
+    return build(cfg.optimizer, job.schedule(cfg, steps), weight_decay=cfg.weight_decay, **extra)
+
+
+def run(job, cfg, resume: bool = False, progress: bool = True) -> dict:
+    """Train `cfg` with `job`; return the final evaluation and timing (also in result.json). A
+    new run directory is removed again if the set-up fails, so fixing the flags and rerunning works."""
+    run_dir = claim(cfg, resume)
+    try:
+        setup = _setup(job, cfg, run_dir, resume, progress)
+    except BaseException:
+        if not resume:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+    return _train(job, cfg, run_dir, progress, *setup)
+
+
+def _setup(job, cfg, run_dir, resume, progress):
+    d = job.data(cfg, run_dir, progress)
+    rows = len(d.train)
+    if rows < cfg.batch_size:
+        raise UsageError(f"--batch-size {cfg.batch_size}: the training data has only {rows} examples"
+                         f"{' (--limit %d)' % cfg.limit if cfg.limit else ''}; give more data or a smaller batch")
+    key = jax.random.key(cfg.seed)
+    model = job.model(cfg, d, jax.random.fold_in(key, 0))
+    steps = rows // cfg.batch_size * cfg.epochs
+    optimizer = make_optimizer(job, cfg, steps)
+    state = loop.TrainState(model, optimizer.init(model), jax.random.fold_in(key, 1))
+    if resume:
+        state = loop.restore(run_dir, state)
+    state, shardings, place = loop.distribute(state, cfg.mesh, cfg.strategy, cfg.batch_size)
+    step = loop.make_train_step(optimizer, prepare=d.prepare, shardings=shardings,
+                                hessian=resolve(cfg.optimizer).hessian)
+    if progress:
+        print(f"{cfg.model}: {model.param_count():,} parameters; {d.describe}; {steps} steps of "
+              f"{cfg.batch_size}; {cfg.optimizer}, peak lr {cfg.peak_lr:g}; run dir {run_dir}", flush=True)
+    return d, state, step, place
+
+
+def _train(job, cfg, run_dir, progress, d, state, step, place) -> dict:
+    eval_step = loop.make_eval_step(d.prepare)
+
+    def eval_fn(model):
+        if d.eval is None:
+            return {}
+        with fdata.Loader(d.eval, job.eval_batch(cfg), shuffle=False, transform=d.eval_transform,
+                          workers=min(cfg.workers, 1), **loop.process_shard()) as batches:
+            return loop.evaluate(model, map(place, batches), eval_step)
+
+    start, first_step, per_row = time.perf_counter(), state.step, job.per_row(cfg)
+    with fdata.Loader(d.train, cfg.batch_size, shuffle=True, seed=cfg.seed, drop_last=True, transform=d.augment,
+                      workers=cfg.workers, state=state.loader_state, **loop.process_shard()) as loader:
+        state = loop.fit(state, step, loader, epochs=cfg.epochs, run_dir=run_dir, eval_fn=eval_fn,
+                         meta={"config": dataclasses.asdict(cfg)}, progress=progress, max_steps=cfg.max_steps,
+                         unit=job.unit, count=lambda b: len(b[0]) * per_row, place=place,
+                         eval_name=job.eval_name, on_nonfinite=cfg.on_nonfinite, max_skips=cfg.max_skips)
+    seconds = time.perf_counter() - start
+    final = state.last_eval if state.last_eval is not None and cfg.max_steps is None else eval_fn(state.model)
+    result = {**{f"{job.eval_name}_{k}": v for k, v in final.items()}, "steps": state.step,
+              "skipped": state.skipped, "seconds": seconds,
+              f"{job.unit}_per_s": (state.step - first_step) * cfg.batch_size * per_row / seconds,
+              **job.finish(cfg, run_dir, state, d)}
+    atomic.write(run_dir / "result.json", json.dumps(result, indent=1))
+    return result

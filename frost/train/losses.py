@@ -1,0 +1,43 @@
+"""Losses for `(inputs, integer labels)` batches where `model(inputs)` gives logits: image
+classification (logits (N, K), labels (N,)) and language modelling (logits (B, T, V), labels
+(B, T)) are the same softmax cross-entropy over every position, so both jobs share one loss, one
+evaluation step and one pair of Hessian estimators for Sophia.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from frost import nn
+from frost.optim import gauss_newton_bartlett, hutchinson
+
+
+def cross_entropy(logits, labels):  # (..., V), (...) -> (): the mean over all positions, in float32
+    logp = jax.nn.log_softmax(logits.reshape(-1, logits.shape[-1]).astype(jnp.float32))  # (P, V)
+    return -jnp.mean(jnp.take_along_axis(logp, labels.reshape(-1, 1).astype(jnp.int32), axis=1))
+
+
+def classification_loss(model, batch, key):
+    """Softmax cross-entropy in training mode: `(loss, (model with new BatchNorm statistics, metrics))`."""
+    x, labels = batch
+    logits, stats_model = nn.apply(model, x, train=True, key=key)
+    accuracy = jnp.mean(jnp.argmax(logits, -1) == labels)
+    return cross_entropy(logits, labels), (stats_model, {"accuracy": accuracy})
+
+
+def eval_sums(model, batch):
+    """Evaluation mode: {loss_sum, correct, count} over the batch's positions (summed by `evaluate`)."""
+    x, labels = batch
+    logits = model(x)
+    count = labels.size
+    return {"loss_sum": cross_entropy(logits, labels) * count, "correct": jnp.sum(jnp.argmax(logits, -1) == labels),
+            "count": count}
+
+
+# Sophia's Hessian-diagonal estimators (Liu et al. 2023) for this loss, as the training step calls them.
+HESSIAN = {
+    "gnb": lambda loss_fn, model, batch, key: gauss_newton_bartlett(
+        lambda m: nn.apply(m, batch[0], train=True, key=key)[0], model, key=key),
+    "hutchinson": lambda loss_fn, model, batch, key: hutchinson(
+        lambda m: loss_fn(m, batch, key)[0], model, key=key),
+}

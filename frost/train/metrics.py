@@ -1,0 +1,40 @@
+"""`metrics.jsonl`: one JSON record per line, appended as training goes.
+
+A crash can cut the last line short, and a run resumed from an earlier checkpoint repeats the
+steps after it; `read` skips a cut last line (only the last: damage elsewhere is an error), and
+`rewind` drops the records past the step a run resumes from, so no step is logged twice.
+"""
+from __future__ import annotations
+
+import json
+import pathlib
+
+from frost import atomic
+from frost.config import UsageError
+
+
+def read(path) -> list[dict]:
+    path = pathlib.Path(path)
+    if not path.exists():
+        raise UsageError(f"{path} not found: is {path.parent} a frost run directory?")
+    lines = path.read_text().splitlines()
+    records = []
+    for n, line in enumerate(lines, 1):
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            if n == len(lines):  # cut short by a crash while it was written
+                break
+            raise UsageError(f"{path}:{n}: not a JSON line ({e})") from None
+    return records
+
+
+def rewind(path, step: int) -> None:
+    """Keep only the records of steps <= `step` (all of them when the file ends there)."""
+    path = pathlib.Path(path)
+    if not path.exists():
+        return
+    records, text = read(path), path.read_text()
+    kept = [r for r in records if r.get("step", 0) <= step]
+    if len(kept) != len(records) or (text and not text.endswith("\n")):
+        atomic.write(path, "".join(json.dumps(r) + "\n" for r in kept))
