@@ -57,13 +57,10 @@ class TrainState:
         return {"model": self.model, "opt_state": self.opt_state, "key": self.key}
 
 
-def make_train_step(optimizer, loss_fn=classification_loss, prepare=lambda batch: batch, shardings=None,
-                    hessian: str | None = None):
-    """A jitted `(model, opt_state, batch, key) -> (model, opt_state, metrics)`; `prepare` maps
-    the loader's batch to the loss function's (e.g. uint8 images to normalised floats).
-
-    `shardings=(model, opt_state, batch)` (see frost.parallel) pins the layout of inputs and
-    outputs on a mesh; the step itself is the same function on one device or many."""
+def train_step(optimizer, loss_fn=classification_loss, prepare=lambda batch: batch, hessian: str | None = None):
+    """The pure step `(model, opt_state, batch, key) -> (model, opt_state, metrics)`, unjitted (so
+    it can be vmapped, e.g. over a grid of hyper-parameters held in stacked optimizer states);
+    `prepare` maps the loader's batch to the loss function's (e.g. uint8 images to floats)."""
     if hessian is not None and hessian not in HESSIAN:
         raise ValueError(f"hessian={hessian!r}: choose one of {', '.join(HESSIAN)}")
 
@@ -78,6 +75,15 @@ def make_train_step(optimizer, loss_fn=classification_loss, prepare=lambda batch
         finite = jnp.isfinite(loss) & all_finite(grads) & all_finite(new_model) & all_finite(new_opt_state)
         keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(finite, a, b), new, old)  # noqa: E731
         return keep(new_model, model), keep(new_opt_state, opt_state), dict(metrics, loss=loss, finite=finite)
+    return step
+
+
+def make_train_step(optimizer, loss_fn=classification_loss, prepare=lambda batch: batch, shardings=None,
+                    hessian: str | None = None):
+    """`train_step(...)` jitted, its model and optimizer state donated. `shardings=(model,
+    opt_state, batch)` (see frost.parallel) pins the layout of inputs and outputs on a mesh; the
+    step itself is the same function on one device or many."""
+    step = train_step(optimizer, loss_fn, prepare, hessian)
     if shardings is None:
         return jax.jit(step, donate_argnums=(0, 1))
     model_sh, opt_sh, batch_sh = shardings
