@@ -260,9 +260,34 @@ def test_dropout_eval_identity_and_train_statistics(key):
     close(y, y2)  # same key, same mask
     y3, _ = nn.apply(drop, x, train=True, key=jax.random.key(1))
     assert not np.array_equal(np.asarray(y3), np.asarray(y))
-    y4 = jax.jit(lambda x, k: nn.apply(nn.Dropout(0.25), x, train=True)[0] if False else
-                 nn.Dropout(0.25)(x, key=k))(x, key)
-    assert y4.shape == x.shape
+    y4 = jax.jit(lambda x, k: nn.Dropout(0.25)(x, key=k))(x, key)  # an explicit key drops, even outside apply
+    assert abs((np.asarray(y4) != 0).mean() - 0.75) < 0.01 and np.isclose(np.asarray(y4).max(), 1 / 0.75)
+
+
+def test_batchnorm_statistics_of_a_layer_not_in_the_model_raise(key):
+    bn = nn.BatchNorm(3)
+    x = jax.random.normal(key, (8, 4, 4, 3))
+    with pytest.raises(ValueError, match="not part of the model given to apply"):
+        nn.apply(lambda x: bn.replace(weight=bn.weight * 1.0)(x), x, train=True)  # a copy made inside the pass
+
+
+def test_embedding_refuses_out_of_range_ids_and_never_wraps(key):
+    emb = nn.Embedding(10, 4, key=key)
+    with pytest.raises(ValueError, match=r"ids must be in \[0, 10\), got values from -1 to 3"):
+        emb(jnp.array([0, 3, -1]))
+    with pytest.raises(ValueError, match="from 0 to 10"):
+        emb(jnp.array([0, 10]))
+    out = jax.jit(emb)(jnp.array([1, -1, 10]))  # traced: the bad rows are NaN, not rows 9 and 0
+    np.testing.assert_array_equal(out[0], emb.weight[1])
+    assert np.isnan(np.asarray(out[1:])).all()
+
+
+@pytest.mark.parametrize("kwargs", [dict(kernel_size=0), dict(stride=0), dict(groups=0), dict(dilation=0),
+                                    dict(padding=-1), dict(kernel_size=(3,))])
+def test_conv_refuses_impossible_configurations(kwargs, key):
+    args = dict(in_channels=4, out_channels=4, kernel_size=3) | kwargs
+    with pytest.raises(ValueError, match="must be"):
+        nn.Conv(**args, key=key)
 
 
 def test_two_dropouts_get_different_keys(key):

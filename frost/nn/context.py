@@ -34,7 +34,7 @@ _local = threading.local()
 class _Context:
     train: bool
     key: jax.Array | None
-    records: dict = dataclasses.field(default_factory=dict)  # id(layer) -> {field: new value}
+    records: dict = dataclasses.field(default_factory=dict)  # id(layer) -> (layer, {field: new value})
     calls: int = 0
 
 
@@ -52,7 +52,7 @@ def record(layer: Module, **fields) -> None:
     """Called by a layer during `apply(train=True)` to replace some of its fields afterwards."""
     ctx = _current()
     if ctx is not None and ctx.train:
-        ctx.records[id(layer)] = {k: jax.lax.stop_gradient(v) for k, v in fields.items()}
+        ctx.records[id(layer)] = (layer, {k: jax.lax.stop_gradient(v) for k, v in fields.items()})
 
 
 def next_key(layer: Module) -> jax.Array:
@@ -66,15 +66,24 @@ def next_key(layer: Module) -> jax.Array:
 
 
 def _write_back(tree, records: dict):
+    found = set()
+
     def visit(x):
         if not isinstance(x, Module):
             return x
         if id(x) in records:
-            x = x.replace(**records[id(x)])  # keeps the child objects, so their ids still match
+            found.add(id(x))
+            x = x.replace(**records[id(x)][1])  # keeps the child objects, so their ids still match
         kids = {f.name: jax.tree.map(visit, x.__dict__[f.name], is_leaf=is_module)
                 for f in dataclasses.fields(x) if not f.metadata.get("static")}
         return x.replace(**kids)
-    return jax.tree.map(visit, tree, is_leaf=is_module)
+    out = jax.tree.map(visit, tree, is_leaf=is_module)
+    lost = [layer for i, (layer, _) in records.items() if i not in found]
+    if lost:
+        raise ValueError(f"{lost[0].describe()} recorded new state (e.g. BatchNorm statistics) in apply(), but that "
+                         "layer object is not part of the model given to apply(): a copy or cast made during the "
+                         "forward pass would lose it. Cast or copy the model before apply(), not inside it.")
+    return out
 
 
 def apply(model, *args, train: bool = False, key: jax.Array | None = None, **kwargs):

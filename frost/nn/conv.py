@@ -20,10 +20,10 @@ from frost.nn.module import Module, expand_to, shape_error, static
 _SPATIAL = {1: "W", 2: "HW", 3: "DHW"}
 
 
-def _tuple(value, n: int, name: str) -> tuple:
+def _tuple(value, n: int, name: str, low: int = 1) -> tuple:
     out = (value,) * n if isinstance(value, int) else tuple(value)
-    if len(out) != n:
-        raise ValueError(f"{name}={value!r} must be an int or a sequence of {n} ints")
+    if len(out) != n or not all(isinstance(v, int) and v >= low for v in out):
+        raise ValueError(f"{name}={value!r} must be an int >= {low} or a sequence of {n} such ints")
     return out
 
 
@@ -32,12 +32,11 @@ def _padding(padding, n: int):
         if padding.upper() not in ("SAME", "VALID"):
             raise ValueError(f"padding={padding!r}: use an int, a tuple, 'SAME' or 'VALID'")
         return padding.upper()
-    if isinstance(padding, int):
-        return ((padding, padding),) * n
-    padding = tuple(padding)
-    if len(padding) != n:
-        raise ValueError(f"padding={padding!r} must have one entry per spatial axis ({n})")
-    return tuple((p, p) if isinstance(p, int) else tuple(p) for p in padding)
+    pairs = ((padding, padding),) * n if isinstance(padding, int) else tuple(
+        (p, p) if isinstance(p, int) else tuple(p) for p in padding)
+    if len(pairs) != n or not all(len(p) == 2 and min(p) >= 0 for p in pairs):
+        raise ValueError(f"padding={padding!r} must be >= 0, one entry (or (low, high) pair) per spatial axis ({n})")
+    return pairs
 
 
 class Conv(Module):
@@ -57,6 +56,9 @@ class Conv(Module):
         n = num_spatial_dims
         if n not in _SPATIAL:
             raise ValueError(f"num_spatial_dims must be 1, 2 or 3, got {n}")
+        if min(in_channels, out_channels, groups) < 1:
+            raise ValueError(f"in_channels={in_channels}, out_channels={out_channels} and groups={groups} "
+                             "must be >= 1")
         if in_channels % groups or out_channels % groups:
             raise ValueError(f"groups={groups} must divide in_channels={in_channels} and out_channels={out_channels}")
         self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups

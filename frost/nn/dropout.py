@@ -1,6 +1,7 @@
 """Dropout (Srivastava et al. 2014): zero each element with probability p, scale the rest by
-1 / (1 - p). Identity in evaluation mode. The key is explicit: pass `key=`, or run the model
-through `frost.nn.apply(model, x, train=True, key=key)`, which hands each Dropout its own key."""
+1 / (1 - p). The key is explicit: `drop(x, key=key)` always drops; inside
+`frost.nn.apply(model, x, train=True, key=key)` each Dropout gets its own key; otherwise
+(evaluation mode, no key) it is the identity."""
 import jax
 import jax.numpy as jnp
 
@@ -16,7 +17,7 @@ class Dropout(Module):
             raise ValueError(f"Dropout: p must be in [0, 1), got {self.p}")
 
     def __call__(self, x, *, key=None):
-        if not context.is_training() or self.p == 0.0:
+        if self.p == 0.0 or (key is None and not context.is_training()):
             return x
         key = context.next_key(self) if key is None else key
         keep = jax.random.bernoulli(key, 1.0 - self.p, x.shape)

@@ -1,4 +1,8 @@
-"""Embedding: a lookup table from integer ids to vectors."""
+"""Embedding: a lookup table from integer ids to vectors.
+
+An id outside [0, num_embeddings) is an error: concrete ids are checked at once; inside `jit`,
+where values are unknown, such an id gives a row of NaN (never another row: -1 does not wrap),
+which the training loop's non-finite policy then stops on."""
 import jax
 import jax.numpy as jnp
 
@@ -11,10 +15,17 @@ class Embedding(Module):
     dim: int = static()
 
     def __init__(self, num_embeddings: int, dim: int, *, key, dtype=jnp.float32):
+        if num_embeddings < 1 or dim < 1:
+            raise ValueError(f"Embedding: num_embeddings={num_embeddings} and dim={dim} must be >= 1")
         self.weight = jax.random.normal(key, (num_embeddings, dim), dtype)  # N(0, 1), as in PyTorch
         self.num_embeddings, self.dim = num_embeddings, dim
 
     def __call__(self, ids):  # (...) int -> (..., dim)
         if not hasattr(ids, "dtype") or not jnp.issubdtype(ids.dtype, jnp.integer):
             raise shape_error(self, f"integer ids in [0, {self.num_embeddings})", ids)
-        return jnp.take(self.weight, ids, axis=0)
+        n = self.num_embeddings
+        if not isinstance(ids, jax.core.Tracer) and ids.size and not (0 <= int(ids.min()) and int(ids.max()) < n):
+            raise ValueError(f"{self.describe()}: ids must be in [0, {n}), got values from {int(ids.min())} "
+                             f"to {int(ids.max())}")
+        inside = (ids >= 0) & (ids < n)
+        return jnp.take(self.weight, jnp.where(inside, ids, n), axis=0, mode="fill", fill_value=jnp.nan)

@@ -22,6 +22,8 @@ class Linear(Module):
     out_features: int = static()
 
     def __init__(self, in_features: int, out_features: int, use_bias: bool = True, *, key, dtype=jnp.float32):
+        if in_features < 1 or out_features < 1:
+            raise ValueError(f"Linear: in_features={in_features} and out_features={out_features} must be >= 1")
         wkey, bkey = jax.random.split(key)
         self.weight = init.kaiming_uniform(wkey, (in_features, out_features), dtype=dtype)
         self.bias = init.bias_uniform(bkey, (out_features,), in_features, dtype) if use_bias else None

@@ -19,7 +19,7 @@ class _Pool(Module):
         n = num_spatial_dims
         self.kernel_size = _tuple(kernel_size, n, "kernel_size")
         self.stride = self.kernel_size if stride is None else _tuple(stride, n, "stride")
-        self.padding = _tuple(padding, n, "padding")
+        self.padding = _tuple(padding, n, "padding", low=0)
 
     def _reduce(self, x, init, op):  # (N, *spatial, C) -> (N, *spatial', C)
         n = len(self.kernel_size)
