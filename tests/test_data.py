@@ -12,6 +12,7 @@ import json
 import multiprocessing as mp
 import os
 import signal
+import subprocess
 import sys
 import time
 
@@ -196,6 +197,43 @@ def test_killed_worker_is_detected_quickly():
                 pass
         assert time.monotonic() - start < 2
     assert_clean()
+
+
+def test_stopped_worker_is_detected_within_the_liveness_timeout():
+    with data.Loader(Failing(delay=0.02), 4, shuffle=False, workers=1, prefetch=1, timeout=1.5) as loader:
+        batches = iter(loader)
+        next(batches)
+        os.kill(frost_children()[0].pid, signal.SIGSTOP)
+        start = time.monotonic()
+        with pytest.raises(data.WorkerError, match="answered for 1.5 s: one is stopped"):
+            for _ in batches:
+                pass
+        assert time.monotonic() - start < 4
+    assert_clean()
+
+
+KILLED_MAIN = """
+import os, signal, sys
+import numpy as np
+from frost import data
+if __name__ == "__main__":
+    loader = data.Loader(data.Arrays(np.zeros((64, 32), np.float32)), 8, workers=2)
+    next(iter(loader))
+    print(os.getpid(), flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_killing_the_main_process_leaves_no_noise_and_no_shared_memory(tmp_path):
+    script = tmp_path / "main.py"
+    script.write_text(KILLED_MAIN)
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    pid = out.stdout.split()[0]
+    deadline = time.monotonic() + 10  # the orphaned workers exit and free the segments
+    while time.monotonic() < deadline and any(f.startswith(f"frost_{pid}_") for f in os.listdir("/dev/shm")):
+        time.sleep(0.1)
+    assert not [f for f in os.listdir("/dev/shm") if f.startswith(f"frost_{pid}_")]
+    assert out.returncode == -signal.SIGKILL and out.stderr == "", out.stderr
 
 
 def test_no_leaks_after_early_stop_consumer_error_and_garbage_collection():

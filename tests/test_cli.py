@@ -1,0 +1,80 @@
+"""A user's mistake at the command line: exit code 2, one line naming the problem, no traceback,
+no files left behind, and no waiting (each case is timed)."""
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from frost.cli import main as cli
+
+R = ["train", "resnet20", "--workers", "0"]
+G = ["train", "gpt"]
+
+CASES = [  # (argv, what the message must say); "OUT" is replaced by a fresh run directory
+    (R + ["--limit", "100", "--out", "OUT"], "only 100 examples (--limit 100)"),
+    (G + ["--limit", "10000", "--max-steps", "3", "--out", "OUT"], "only 16 examples"),
+    (G + ["--limit", "3000", "--out", "OUT"], "too little text"),
+    (R + ["--epochs", "0"], "--epochs 0: must be > 0"),
+    (R + ["--epochs", "-1"], "--epochs -1: must be > 0"),
+    (R + ["--max-steps", "0"], "--max-steps 0: must be > 0"),
+    (R + ["--limit", "0"], "--limit 0: must be > 0"),
+    (R + ["--limit", "-59000"], "--limit -59000: must be > 0"),
+    (R + ["--lr", "-1"], "--lr -1.0: must be > 0"),
+    (R + ["--lr", "nan"], "--lr nan: must be > 0"),
+    (R + ["--lr", "inf"], "--lr inf: must be > 0"),
+    (R + ["--weight-decay", "-0.1"], "--weight-decay -0.1: must be >= 0"),
+    (R + ["--seed", "-1"], "--seed -1: must be >= 0"),
+    (R + ["--batch-size", "0"], "--batch-size 0: must be > 0"),
+    (R + ["--max-skips", "0"], "--max-skips 0: must be > 0"),
+    (R + ["--strategy", "tp"], "--strategy tp: needs --mesh"),
+    (R + ["--strategy", "tp", "--mesh", "data=1,model=1"], "tensor parallelism splits a GPT"),
+    (G + ["--strategy", "tp", "--mesh", "data=1"], "has no model axis"),
+    (R + ["--strategy", "fsdp"], "--strategy fsdp: needs --mesh"),
+    (R + ["--mesh", "data"], "--mesh 'data': expected AXIS=SIZE"),
+    (R + ["--mesh", "rows=2"], "the axes are data and model"),
+    (R + ["--optimizer", "nope"], "--optimizer 'nope': choose one of sgd, adam, adamw"),
+    (R + ["--optimizer", "no_such_module_here:make", "--lr", "0.1"], "cannot import it"),
+    (G + ["--optimizer", "sgd"], "--optimizer sgd: give --lr too"),
+    (G + ["--vocab-size", "200"], "--vocab-size 200: must be more than 256"),
+    (G + ["--heads", "5"], "--heads 5: must divide --dim 192"),
+    (R + ["--vocab-size", "300"], "--vocab-size: not an option of `frost train resnet20`"),
+    (R + ["--data", "NOWHERE"], "not a known data set"),
+    (G + ["--data", "NOWHERE"], "neither kjv nor a text file"),
+    (G + ["--data", "BINARY", "--out", "OUT"], "not UTF-8 text"),
+    (R + ["--out", "STALE"], "already holds files from another run"),
+    (R + ["--out", "OUT", "--resume"], "holds no run (no config.json)"),
+    (["sample", "NOWHERE", "--prompt", ""], "--prompt '': give at least one character"),
+    (["sample", "NOWHERE", "--top-k", "0"], "--top-k 0: must be > 0"),
+    (["sample", "NOWHERE", "--tokens", "0"], "--tokens 0: must be > 0"),
+    (["sample", "NOWHERE", "--temperature", "-1"], "--temperature -1.0: must be >= 0"),
+    (["sample", "NOWHERE"], "not a `frost train gpt` run directory"),
+    (["plot", "NOWHERE"], "metrics.jsonl not found"),
+]
+
+
+@pytest.mark.parametrize("argv, message", CASES, ids=[" ".join(a[:1] + a[2:])[:60] for a, _ in CASES])
+def test_a_mistake_is_one_line_with_exit_code_2(argv, message, tmp_path, capsys):
+    (tmp_path / "binary.txt").write_bytes(bytes(range(256)) * 64)
+    (tmp_path / "stale").mkdir()
+    (tmp_path / "stale" / "train.bin").write_bytes(b"\0" * 64)
+    names = {"OUT": tmp_path / "out", "NOWHERE": tmp_path / "nowhere", "BINARY": tmp_path / "binary.txt",
+             "STALE": tmp_path / "stale"}
+    start = time.perf_counter()
+    assert cli([str(names.get(a, a)) for a in argv]) == 2
+    assert time.perf_counter() - start < 60
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("frost: error: ") and message in err[-1], err
+    assert not any("Traceback" in line for line in err)
+    assert not (tmp_path / "out").exists()  # nothing half-written: a failed set-up leaves no run directory
+    assert sorted(p.name for p in (tmp_path / "stale").iterdir()) == ["train.bin"]
+
+
+def test_the_process_prints_one_line_and_debug_shows_the_traceback():
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    cmd = [sys.executable, "-m", "frost.cli", "train", "resnet20", "--lr", "-1"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env)
+    assert out.returncode == 2 and out.stderr == "frost: error: --lr -1.0: must be > 0\n" and out.stdout == ""
+    out = subprocess.run(cmd + ["--debug"], capture_output=True, text=True, timeout=60, env=env)
+    assert out.returncode == 1 and "Traceback" in out.stderr and "UsageError" in out.stderr
