@@ -21,7 +21,7 @@ from frost.config import UsageError
 from frost.models import resnet
 from frost.nn.module import expand_to
 from frost.train.configs import ImageConfig
-from frost.train.job import Data
+from frost.train.job import Data, Job
 
 DATASETS = {  # name: (loader of (images, labels) per split, crop padding, normalisation mean/std)
     "fashion-mnist": (datasets.fashion_mnist, 2, (0.2860,), (0.3530,)),
@@ -49,8 +49,8 @@ def load_data(name: str, limit: int | None = None, image_size: int = 32):
             (data.Resize(image_size),))
 
 
-class ImageJob:
-    config, unit, eval_name = ImageConfig, "images", "test"
+class ImageJob(Job):
+    config, unit = ImageConfig, "images"
 
     def data(self, cfg, run_dir, progress) -> Data:
         train, test, shape, classes, pad, mean, std, pre = load_data(cfg.data, cfg.limit)
@@ -69,14 +69,5 @@ class ImageJob:
     def schedule(self, cfg, steps):
         return optim.one_cycle(steps, cfg.peak_lr)
 
-    def optimizer_args(self, cfg):
-        return {}
-
-    def per_row(self, cfg):
-        return 1
-
     def eval_batch(self, cfg):
         return 1000
-
-    def finish(self, cfg, run_dir, state, d):
-        return {}

@@ -8,15 +8,9 @@ different configuration), data (refuse data too small for one batch), model, opt
 from frost.optim.registry (Sophia's Hessian refresh wired into the step), restore, distribute,
 fit, final evaluation, `result.json`.
 
-A job is an object with:
-    config                      its config class (frost.train.configs)
-    data(cfg, run_dir, progress) -> Data
-    model(cfg, data, key)
-    schedule(cfg, steps)        the learning-rate schedule peaking at cfg.peak_lr
-    optimizer_args(cfg)         extra hyper-parameters for the named optimizer (e.g. AdamW's b2)
-    unit, per_row(cfg)          what throughput counts (images; tokens: seq_len per row)
-    eval_name, eval_batch(cfg)  how evaluation is named and batched
-    finish(cfg, run_dir, state, data) -> dict   extra result entries (e.g. a text sample)
+A job is a `Job` subclass: `config` (its config class, frost.train.configs), `data(cfg, run_dir,
+progress) -> Data`, `model(cfg, data, key)` and `schedule(cfg, steps)` (the learning rate, peaking
+at cfg.peak_lr), and where the defaults below do not fit, the other methods.
 """
 from __future__ import annotations
 
@@ -46,6 +40,25 @@ class Data(NamedTuple):
     eval_transform: Callable | None = None
     prepare: Callable = lambda batch: batch  # on the device, inside the jitted step
     extra: dict = {}
+
+
+class Job:
+    unit, eval_name = "examples", "test"  # what throughput counts; how evaluation results are named
+
+    def optimizer_args(self, cfg) -> dict:
+        """Extra hyper-parameters for the named optimizer (e.g. AdamW's b2)."""
+        return {}
+
+    def per_row(self, cfg) -> int:
+        """Units (`unit`) per batch row: 1 image, or seq_len tokens."""
+        return 1
+
+    def eval_batch(self, cfg) -> int:
+        return cfg.batch_size
+
+    def finish(self, cfg, run_dir, state, data) -> dict:
+        """Extra entries of the result (e.g. a text sample)."""
+        return {}
 
 
 def claim(cfg, resume: bool) -> pathlib.Path:

@@ -22,7 +22,7 @@ from frost.config import UsageError
 from frost.models import gpt
 from frost.train import checkpoint
 from frost.train.configs import LMConfig, SampleConfig
-from frost.train.job import Data
+from frost.train.job import Data, Job
 
 
 def read_corpus(name: str) -> str:
@@ -68,7 +68,7 @@ def build_model(cfg: LMConfig, vocab_size: int, key):
     return gpt.GPT(vocab_size, cfg.dim, cfg.depth, cfg.heads, cfg.seq_len, rotary=True, key=key)
 
 
-class LMJob:
+class LMJob(Job):
     config, unit, eval_name = LMConfig, "tokens", "validation"
 
     def data(self, cfg, run_dir, progress) -> Data:
@@ -93,9 +93,6 @@ class LMJob:
 
     def per_row(self, cfg):
         return cfg.seq_len
-
-    def eval_batch(self, cfg):
-        return cfg.batch_size
 
     def finish(self, cfg, run_dir, state, d):
         return {"sample": sample(SampleConfig(str(run_dir), tokens=60), model=state.model, tok=d.extra["tokenizer"])}
