@@ -7,6 +7,7 @@ import pathlib
 import sys
 import tokenize
 
+BUDGET = 5000  # DESIGN.md
 SKIP = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT,
         tokenize.ENCODING, tokenize.ENDMARKER}
 
@@ -30,8 +31,8 @@ def main(root="frost"):
         n = code_lines(path.read_text())
         total += n
         print(f"{n:6d}  {path}")
-    print(f"{total:6d}  total (budget 4000)")
-    return 0 if total <= 4000 else 1
+    print(f"{total:6d}  total (budget {BUDGET})")
+    return 0 if total <= BUDGET else 1
 
 
 if __name__ == "__main__":
