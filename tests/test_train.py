@@ -212,6 +212,31 @@ def test_resume_drops_metrics_logged_after_the_checkpoint_and_a_cut_last_line(tm
         metrics.read(log)
 
 
+OPTIMIZER_NAMES = ["sgd", "adam", "adamw", "lion", "sophia", "sophia-h", "muon"]
+
+
+@pytest.mark.parametrize("name", OPTIMIZER_NAMES + ["optax:adamw"])
+def test_every_registry_optimizer_trains_in_the_step(name):
+    from frost import nn
+    from frost.optim import SophiaState, decay_mask, find_states, registry
+    assert list(registry.OPTIMIZERS) == OPTIMIZER_NAMES
+    k = jax.random.split(jax.random.key(0), 2)
+    model = nn.Sequential(nn.Linear(6, 16, key=k[0]), nn.relu, nn.Linear(16, 3, key=k[1]))
+    extra = {"mask": decay_mask} if name in registry.OPTIMIZERS else {}
+    opt = registry.build(name, 3e-3, weight_decay=1e-4, **extra)
+    step = loop.make_train_step(opt, hessian=registry.resolve(name).hessian)
+    rng = np.random.default_rng(0)
+    x, y = jnp.asarray(rng.standard_normal((32, 6)), jnp.float32), jnp.asarray(rng.integers(0, 3, 32), jnp.int32)
+    state, losses = opt.init(model), []
+    with jax.numpy_dtype_promotion("standard" if name.startswith("optax") else "strict"):  # optax mixes dtypes
+        for i in range(12):
+            model, state, metrics = step(model, state, (x, y), jax.random.key(i))
+            losses.append(float(metrics["loss"]))
+    assert losses[-1] < losses[0]
+    for s in find_states(state, SophiaState):  # the step refreshed Sophia's Hessian estimate (steps 0 and 10)
+        assert int(s.h_step) == 10 and all(float(jnp.abs(h).sum()) > 0 for h in jax.tree.leaves(s.h))
+
+
 # --- the commands ---
 
 def test_frost_train_and_plot_on_fashion_mnist(tmp_path, capsys):
