@@ -43,6 +43,7 @@ def _train(args):
     from frost import parallel
     from frost.train import image, job
     parallel.initialize(args.coordinator, args.num_processes, args.process_id)
+    job.enable_compilation_cache()
     result = job.run(image.ImageJob() if isinstance(cfg, ImageConfig) else _lm().LMJob(), cfg, resume=args.resume)
     minutes = f"{result['seconds'] / 60:.1f} min"
     if "test_accuracy" in result:
