@@ -88,7 +88,7 @@ def run_frost(dtype, args, attention=None):
     from frost import optim
     from frost.models import gpt
     from frost.nn import attention as attn
-    from frost.train import lm, loop
+    from frost.train import loop
     vocab, dim, depth, heads, seq, _ = args.size
     previous = attn.set_attention_implementation(attention)
     try:
@@ -97,7 +97,7 @@ def run_frost(dtype, args, attention=None):
         model = jax.tree.map(lambda a: a.astype(cast) if jnp.issubdtype(a.dtype, jnp.floating) else a, model)
         opt = optim.adamw(LR, weight_decay=WEIGHT_DECAY)
         state = {"model": model, "opt": opt.init(model)}
-        train_step = loop.make_train_step(opt, lm.lm_loss)
+        train_step = loop.make_train_step(opt)  # softmax cross-entropy over all positions
         batch = tuple(jax.device_put(a) for a in tokens(args))
         key = jax.random.key(1)
 

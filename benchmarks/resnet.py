@@ -197,7 +197,7 @@ def run_frost(name, dtype, args):
     model = cast_floats(resnet.MODELS[name](CLASSES, 3, key=key), jax_dtype(dtype))
     optimizer = optim.sgd(LR, momentum=MOMENTUM, nesterov=True, weight_decay=WEIGHT_DECAY)
     state = {"model": model, "opt": optimizer.init(model)}
-    train_step = loop.make_train_step(optimizer, loop.classification_loss)
+    train_step = loop.make_train_step(optimizer)
     batch = jax_batch(args, jax_dtype(dtype), "NHWC")
 
     def step():
@@ -547,7 +547,7 @@ def e2e_frost(name, dtype, args, t0):
     model = cast_floats(resnet.MODELS[name](CLASSES, 3, key=key), dt)
     optimizer = optim.sgd(LR, momentum=MOMENTUM, nesterov=True, weight_decay=WEIGHT_DECAY)
     opt_state = optimizer.init(model)
-    train_step = loop.make_train_step(optimizer, loop.classification_loss, prepare)
+    train_step = loop.make_train_step(optimizer, prepare=prepare)
     done, first = 0, None
     with data.Loader(data.Arrays(images, labels), args.batch_size, shuffle=True, seed=args.seed, drop_last=True,
                      workers=args.workers) as loader:

@@ -40,7 +40,7 @@ def time_strategy(n: int, strategy: str, args) -> dict:
 
     from frost import optim, parallel
     from frost.models import gpt
-    from frost.train import lm, loop
+    from frost.train import configs, loop
 
     devices = jax.devices()[:n]
     if len(devices) < n:
@@ -52,7 +52,7 @@ def time_strategy(n: int, strategy: str, args) -> dict:
     else:
         mesh = parallel.make_mesh(data=n, devices=devices)
     parallel.check_batch(mesh, args.batch_size)
-    cfg = lm.Config()
+    cfg = configs.LMConfig()
     model = jax.jit(lambda k: gpt.GPT(cfg.vocab_size, cfg.dim, cfg.depth, cfg.heads, cfg.seq_len, rotary=True,
                                       key=k))(jax.random.key(0))
     opt = optim.adamw(1e-3, weight_decay=0.1)
@@ -60,7 +60,7 @@ def time_strategy(n: int, strategy: str, args) -> dict:
     shardings = parallel.STRATEGIES[strategy](tree, mesh)
     tree = parallel.put(tree, shardings)
     batch_sh = parallel.batch_sharding(mesh)
-    step = loop.make_train_step(opt, lm.lm_loss, shardings=(shardings["model"], shardings["opt_state"], batch_sh))
+    step = loop.make_train_step(opt, shardings=(shardings["model"], shardings["opt_state"], batch_sh))
     tokens = np.random.default_rng(0).integers(0, cfg.vocab_size, (args.batch_size, cfg.seq_len + 1), np.int32)
     batch = parallel.global_batch((tokens[:, :-1], tokens[:, 1:]), batch_sh)  # (B, T), (B, T)
     state = [tree["model"], tree["opt_state"], None]

@@ -14,7 +14,8 @@ import numpy as np
 
 from frost import data, optim, parallel
 from frost.models import gpt, resnet
-from frost.train import losses, loop
+from frost.train import loop
+from frost.train.losses import classification_loss, cross_entropy
 
 STEPS = 3
 
@@ -24,13 +25,13 @@ def resnet_setup():
     x = rng.standard_normal((64, 8, 8, 3)).astype(np.float32)
     y = rng.integers(0, 10, 64).astype(np.int32)
     model = jax.jit(lambda k: resnet.resnet20(10, 3, key=k))(jax.random.key(0))
-    return model, optim.sgd(0.05, momentum=0.9, nesterov=True, weight_decay=5e-4), (x, y), losses.classification_loss
+    return model, optim.sgd(0.05, momentum=0.9, nesterov=True, weight_decay=5e-4), (x, y), classification_loss
 
 
 def gpt_loss(model, batch, key):
     x, y = batch
     logits = model(x)
-    return losses.cross_entropy(logits, y), (model, {})
+    return cross_entropy(logits, y), (model, {})
 
 
 def gpt_setup():
