@@ -17,12 +17,13 @@ we do), a ByteLevel decoder, and the special tokens as added tokens. HF then pro
 from __future__ import annotations
 
 import json
-import os
 import pathlib
-import tempfile
 
 import numpy as np
 import regex
+
+from frost import atomic
+from frost.config import UsageError
 
 from .bpe import Tokenizer
 
@@ -35,40 +36,27 @@ def token_dtype(vocab_size: int):
     return np.uint16 if vocab_size < 65536 else np.uint32
 
 
-def _write_atomic(path, text: str) -> None:
-    """Write to a temporary file beside `path`, then rename it into place."""
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".json")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
 def save(tok: Tokenizer, path) -> None:
     data = {"format": FORMAT, "version": VERSION, "pattern": tok.pattern, "special_tokens": tok.special,
             "merges": [list(m) for m in tok.merges]}
-    _write_atomic(path, json.dumps(data, ensure_ascii=False, separators=(",", ":")))
+    atomic.write(path, json.dumps(data, ensure_ascii=False, separators=(",", ":")))
 
 
 def load(path) -> Tokenizer:
-    """Read a file written by `save`. A malformed or truncated file raises ValueError naming it."""
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
+    """Read a file written by `save`. A missing, malformed or truncated file raises UsageError naming it."""
     try:
-        data = json.loads(text)
+        data = json.loads(pathlib.Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"{path}: cannot read a tokenizer file ({e})") from None
     except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno}); "
+        raise UsageError(f"{path}: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno}); "
                          "the file may be truncated — save the tokenizer again") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         hint = " (it looks like a HF tokenizer.json; load it with tokenizers.Tokenizer.from_file)" \
             if isinstance(data, dict) and "model" in data else ""
-        raise ValueError(f"{path}: not a Frost tokenizer file: expected \"format\": \"{FORMAT}\"{hint}")
+        raise UsageError(f"{path}: not a Frost tokenizer file: expected \"format\": \"{FORMAT}\"{hint}")
     if data.get("version") != VERSION:
-        raise ValueError(f"{path}: format version {data.get('version')!r} is not supported (this Frost reads {VERSION})")
+        raise UsageError(f"{path}: format version {data.get('version')!r} is not supported (this Frost reads {VERSION})")
     try:
         merges, special, pattern = data["merges"], data["special_tokens"], data["pattern"]
         if not (isinstance(merges, list) and all(isinstance(m, list) and len(m) == 3 and all(type(x) is int for x in m)
@@ -80,9 +68,9 @@ def load(path) -> Tokenizer:
             raise ValueError("\"pattern\" must be a string")
         return Tokenizer(merges, special, pattern)
     except KeyError as e:
-        raise ValueError(f"{path}: missing field {e}") from None
+        raise UsageError(f"{path}: missing field {e}") from None
     except (ValueError, regex.error) as e:
-        raise ValueError(f"{path}: {e}") from None
+        raise UsageError(f"{path}: {e}") from None
 
 
 def _byte_chars() -> list[str]:
@@ -116,7 +104,7 @@ def to_hf_json(tok: Tokenizer) -> dict:
 
 
 def save_hf(tok: Tokenizer, path) -> None:
-    _write_atomic(path, json.dumps(to_hf_json(tok), ensure_ascii=False, indent=1))
+    atomic.write(path, json.dumps(to_hf_json(tok), ensure_ascii=False, indent=1))
 
 
 class Renumbered:
