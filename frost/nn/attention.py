@@ -57,7 +57,8 @@ def dot_product_attention(q, k, v, *, causal: bool, key_padding_mask=None, scale
     if attention_implementation(implementation) == "pallas":
         return flash_attention(q, k, v, causal=causal, key_padding_mask=key_padding_mask, scale=scale)
     mask = None if key_padding_mask is None else key_padding_mask[:, None, None, :]  # (B, 1, 1, S)
-    out = jax.nn.dot_product_attention(q, k, v, mask=mask, scale=scale, is_causal=causal)
+    with jax.numpy_dtype_promotion("standard"):  # jax.nn promotes bf16 to f32 internally (refused under "strict")
+        out = jax.nn.dot_product_attention(q, k, v, mask=mask, scale=scale, is_causal=causal)
     if key_padding_mask is None:
         return out
     # jax.nn averages v over a row whose keys are all masked; give zeros there, as the kernel does.

@@ -5,6 +5,11 @@ BatchNorm (Ioffe & Szegedy 2015) keeps running statistics as buffers. In trainin
 running statistics, which `apply` writes into the returned model; otherwise it uses the running
 statistics. Updates follow PyTorch: running = (1 - momentum) * running + momentum * batch, with
 the unbiased batch variance for the running estimate.
+
+Mixed precision: every layer here computes its statistics and the normalisation in float32 (at
+least), whatever the input's dtype, and returns the input's dtype; BatchNorm's running
+statistics keep their own dtype (frost.nn.precision leaves buffers in float32). Centering a
+bfloat16 input in bfloat16 loses the signal when the mean is large against the spread.
 """
 import jax
 import jax.numpy as jnp
@@ -14,12 +19,16 @@ from frost.nn.linear import check_float_input
 from frost.nn.module import Module, buffer, expand_to, shape_error, static
 
 
-def _affine(y, weight, bias):
+def _f32(x):
+    return x.astype(jnp.float32) if x.dtype.itemsize < 4 else x  # bf16/fp16 -> fp32; fp32/fp64 kept
+
+
+def _affine(y, weight, bias, dtype):  # y in float32 -> y * weight + bias in `dtype`
     if weight is not None:
-        y = y * expand_to(weight, y.ndim)
+        y = y * expand_to(weight, y.ndim).astype(y.dtype)
     if bias is not None:
-        y = y + expand_to(bias, y.ndim)
-    return y
+        y = y + expand_to(bias, y.ndim).astype(y.dtype)
+    return y.astype(dtype)
 
 
 def _check_channels(layer, x, channels: int, min_ndim: int, ref):
@@ -54,18 +63,18 @@ class BatchNorm(Module):
         self.num_features, self.eps, self.momentum = num_features, eps, momentum
 
     def __call__(self, x):  # (N, ..., C) -> (N, ..., C)
-        _check_channels(self, x, self.num_features, 2, self.running_mean)
-        axes = tuple(range(x.ndim - 1))
+        _check_channels(self, x, self.num_features, 2, self.weight if self.weight is not None else x)
+        axes, xf = tuple(range(x.ndim - 1)), _f32(x)
         if context.is_training():
-            mean, var = jnp.mean(x, axes), jnp.var(x, axes)  # (C,), biased
+            mean, var = jnp.mean(xf, axes), jnp.var(xf, axes)  # (C,), biased
             n = x.size // self.num_features
-            m = self.momentum
-            context.record(self, running_mean=(1 - m) * self.running_mean + m * mean,
-                           running_var=(1 - m) * self.running_var + m * var * (n / max(n - 1, 1)))
+            m, dtype = self.momentum, self.running_mean.dtype
+            context.record(self, running_mean=((1 - m) * _f32(self.running_mean) + m * mean).astype(dtype),
+                           running_var=((1 - m) * _f32(self.running_var) + m * var * (n / max(n - 1, 1))).astype(dtype))
         else:
-            mean, var = self.running_mean, self.running_var
-        y = (x - expand_to(mean, x.ndim)) * expand_to(jax.lax.rsqrt(var + self.eps), x.ndim)
-        return _affine(y, self.weight, self.bias)
+            mean, var = _f32(self.running_mean), _f32(self.running_var)
+        y = (xf - expand_to(mean, x.ndim)) * expand_to(jax.lax.rsqrt(var + self.eps), x.ndim)
+        return _affine(y, self.weight, self.bias, x.dtype)
 
 
 class LayerNorm(Module):
@@ -83,9 +92,9 @@ class LayerNorm(Module):
         self.eps = eps
 
     def __call__(self, x):  # (..., *shape) -> same
-        axes = _check_trailing(self, x)
-        mean, var = jnp.mean(x, axes, keepdims=True), jnp.var(x, axes, keepdims=True)
-        return _affine((x - mean) * jax.lax.rsqrt(var + self.eps), self.weight, self.bias)
+        axes, xf = _check_trailing(self, x), _f32(x)
+        mean, var = jnp.mean(xf, axes, keepdims=True), jnp.var(xf, axes, keepdims=True)
+        return _affine((xf - mean) * jax.lax.rsqrt(var + self.eps), self.weight, self.bias, x.dtype)
 
 
 class RMSNorm(Module):
@@ -101,10 +110,10 @@ class RMSNorm(Module):
         self.eps = eps
 
     def __call__(self, x):  # (..., *shape) -> same
-        axes = _check_trailing(self, x)
+        axes, xf = _check_trailing(self, x), _f32(x)
         eps = jnp.finfo(x.dtype).eps if self.eps is None else self.eps
-        ms = jnp.mean(jnp.square(x), axes, keepdims=True)
-        return _affine(x * jax.lax.rsqrt(ms + eps), self.weight, None)
+        ms = jnp.mean(jnp.square(xf), axes, keepdims=True)
+        return _affine(xf * jax.lax.rsqrt(ms + eps), self.weight, None, x.dtype)
 
 
 class GroupNorm(Module):
@@ -125,8 +134,8 @@ class GroupNorm(Module):
 
     def __call__(self, x):  # (N, ..., C) -> same
         _check_channels(self, x, self.num_channels, 2, self.weight if self.weight is not None else x)
-        g = x.reshape(*x.shape[:-1], self.num_groups, self.num_channels // self.num_groups)  # (N, ..., G, C/G)
+        g = _f32(x).reshape(*x.shape[:-1], self.num_groups, self.num_channels // self.num_groups)  # (N, ..., G, C/G)
         axes = tuple(range(1, g.ndim - 2)) + (g.ndim - 1,)
         mean, var = jnp.mean(g, axes, keepdims=True), jnp.var(g, axes, keepdims=True)
         y = ((g - mean) * jax.lax.rsqrt(var + self.eps)).reshape(x.shape)
-        return _affine(y, self.weight, self.bias)
+        return _affine(y, self.weight, self.bias, x.dtype)
