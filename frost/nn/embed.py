@@ -5,6 +5,7 @@ where values are unknown, such an id gives a row of NaN (never another row: -1 d
 which the training loop's non-finite policy then stops on."""
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from frost.nn.module import Module, shape_error, static
 
@@ -24,8 +25,10 @@ class Embedding(Module):
         if not hasattr(ids, "dtype") or not jnp.issubdtype(ids.dtype, jnp.integer):
             raise shape_error(self, f"integer ids in [0, {self.num_embeddings})", ids)
         n = self.num_embeddings
-        if not isinstance(ids, jax.core.Tracer) and ids.size and not (0 <= int(ids.min()) and int(ids.max()) < n):
-            raise ValueError(f"{self.describe()}: ids must be in [0, {n}), got values from {int(ids.min())} "
-                             f"to {int(ids.max())}")
+        if not isinstance(ids, jax.core.Tracer) and ids.size:  # concrete ids (also constants inside a trace)
+            host = np.asarray(ids)
+            low, high = int(host.min()), int(host.max())
+            if low < 0 or high >= n:
+                raise ValueError(f"{self.describe()}: ids must be in [0, {n}), got values from {low} to {high}")
         inside = (ids >= 0) & (ids < n)
         return jnp.take(self.weight, jnp.where(inside, ids, n), axis=0, mode="fill", fill_value=jnp.nan)
