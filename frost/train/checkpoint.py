@@ -1,30 +1,50 @@
-"""Checkpoints: a PyTree of arrays in safetensors, plus a JSON manifest. No pickle.
+"""Checkpoints: a PyTree of arrays in safetensors, plus a JSON manifest. No pickle, no gather.
 
     path = save(run_dir / "checkpoints", step, {"model": model, "opt_state": opt_state}, meta={...})
     tree, meta = load(latest(run_dir / "checkpoints"), template={"model": model, "opt_state": opt_state})
 
-Layout: `<dir>/step_00001200/{arrays.safetensors, manifest.json}`. A checkpoint is written into
-`step_00001200.tmp/`, each file fsynced, then the folder is renamed into place and the parent
-fsynced, so a process killed mid-save leaves the previous checkpoints intact (`latest` ignores
-`.tmp` folders; the next save removes them). Entries are named by their PyTree path
-(`model.blocks[0].conv1.weight`); the manifest records each entry's shape and dtype and the
-SHA-256 of the array file, so a corrupt or mismatched checkpoint is reported with the file and
-the entry at fault. PRNG keys are stored as their raw `key_data`; bfloat16 as its 16-bit pattern.
+Layout: `<dir>/step_00001200/{manifest.json, arrays.safetensors}`, or with several processes one
+`arrays.<process>.safetensors` per process. Entries are named by their PyTree path
+(`model.blocks[0].conv1.weight`). Each array is stored as its distinct shards, written where
+they live: an array on one device, or replicated, is one shard; an FSDP-sharded array on 8
+devices is 8. Each shard is written by one process that holds it (of several replicas, the one
+picked by a hash of the entry name, so replicated state is spread over the processes too), so
+no process gathers another's data and each writes about 1/N of an FSDP state. The manifest,
+written by process 0, records each entry's global shape, dtype and sharding, and each shard's
+index (start, stop per axis), file, key and SHA-256.
+
+Loading builds each array with the template leaf's sharding (a jax.Array's or a
+ShapeDtypeStruct's `.sharding`; without one, whole on the default device): each device's block
+is cut from the stored shards that overlap it, and only those are read and checked. So a
+checkpoint saved on 8 devices loads on 1, on 2, or on a 2x4 mesh with another layout. Across
+hosts the checkpoint folder must be shared storage; every process calls `save` and `load`.
+
+Atomic: process 0 stages the checkpoint in `step_00001200.tmp/` with `frost.atomic.directory`,
+every process writes its file there with `frost.atomic.write` between barriers, and the folder is
+renamed into place when all are written, so a process killed mid-save leaves the previous
+checkpoints intact (`latest` ignores `.tmp` folders; the next save removes them). A corrupt or
+mismatched checkpoint is reported with the file and the entry at fault. PRNG keys are stored as
+their raw `key_data`; bfloat16 as its 16-bit pattern. Format 1 (one arrays.safetensors with a
+whole-file SHA-256, before sharding) still loads.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
-import os
 import pathlib
 import shutil
+import zlib
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from safetensors.numpy import load_file, save_file
+from safetensors import SafetensorError, safe_open
+from safetensors.numpy import save as safetensors_bytes
 
-FORMAT = "frost-checkpoint/1"
+from frost import atomic
+
+FORMAT, FORMAT_1 = "frost-checkpoint/2", "frost-checkpoint/1"
 
 
 class CheckpointError(ValueError):
@@ -43,50 +63,115 @@ def _names(tree) -> list:
 
 def _spec(leaf) -> tuple[str, tuple]:
     """(dtype name, shape) as stored: PRNG keys as their key data. Works on arrays and ShapeDtypeStructs."""
-    if _is_key(leaf):
-        return "key:" + str(jax.random.key_impl(leaf)), tuple(leaf.shape) + (2,)
+    if _is_key(leaf):  # key_impl takes arrays only; a ShapeDtypeStruct's key dtype names its impl
+        impl = str(jax.random.key_impl(leaf)) if isinstance(leaf, jax.Array) else leaf.dtype._impl.name
+        return "key:" + impl, tuple(leaf.shape) + (2,)
     return np.dtype(leaf.dtype).name, tuple(leaf.shape)
 
 
-def _stored(leaf) -> np.ndarray:
-    array = np.asarray(jax.random.key_data(leaf)) if _is_key(leaf) else np.asarray(leaf)
+def _stored(array) -> np.ndarray:
+    array = np.ascontiguousarray(array)
     return array.view(np.uint16) if array.dtype == jnp.bfloat16 else array
 
 
-def _fsync(path: pathlib.Path):
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+def _sha256(array: np.ndarray) -> str:
+    return hashlib.sha256(np.ascontiguousarray(array).reshape(-1).view(np.uint8).data).hexdigest()
+
+
+def _bounds(index, shape) -> tuple:
+    """A tuple of slices over `shape` -> ((start, stop), ...)."""
+    return tuple(s.indices(n)[:2] for s, n in zip(index, shape))
+
+
+def _describe(leaf):
+    sharding = getattr(leaf, "sharding", None)
+    if not isinstance(sharding, jax.sharding.NamedSharding):
+        return None
+    return {"mesh": dict(sharding.mesh.shape), "spec": [list(p) if isinstance(p, tuple) else p for p in sharding.spec]}
+
+
+def _shards(name: str, array, shape) -> list:
+    """[(bounds, process that writes it, its data there or None)] for each distinct shard of `array`."""
+    if not isinstance(array, jax.Array):
+        return [(tuple((0, n) for n in shape), 0, np.asarray(array))]
+    holders = {}
+    for device, index in array.sharding.devices_indices_map(shape).items():
+        holders.setdefault(_bounds(index, shape), []).append(device)
+    local = {_bounds(s.index, shape): s.data for s in array.addressable_shards}
+    out = []
+    for bounds, devices in sorted(holders.items()):
+        writer = sorted(devices, key=lambda d: d.id)[zlib.crc32(name.encode()) % len(devices)]
+        out.append((bounds, writer.process_index, local.get(bounds)))
+    return out
+
+
+def _barrier(name: str) -> None:
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+        multihost_utils.sync_global_devices(name)
+
+
+@contextlib.contextmanager
+def _staging(final: pathlib.Path):
+    """The temporary folder every process writes into: process 0 owns it (frost.atomic.directory:
+    removed on failure, renamed to `final` on success); the others wait until it exists."""
+    if jax.process_index() == 0:
+        with atomic.directory(final) as tmp:
+            _barrier(f"{final} staged")
+            yield tmp
+    else:
+        _barrier(f"{final} staged")
+        yield final.with_name(final.name + ".tmp")  # frost.atomic.directory's temporary folder
+    _barrier(f"{final} saved")
+
+
+def _gather_digests(tmp: pathlib.Path, digests: dict) -> dict:
+    """Every process's {key: sha256} on process 0 (through the shared folder; {} elsewhere)."""
+    me, count = jax.process_index(), jax.process_count()
+    if count == 1:
+        return digests
+    atomic.write(tmp / f"sha256.{me}.json", json.dumps(digests))
+    _barrier(f"{tmp} written")
+    if me != 0:
+        return {}
+    out = {}
+    for i in range(count):
+        out.update(json.loads((tmp / f"sha256.{i}.json").read_text()))
+        (tmp / f"sha256.{i}.json").unlink()
+    return out
 
 
 def save(directory, step: int, tree, meta: dict | None = None, keep: int = 3) -> pathlib.Path:
-    """Write `tree` atomically as checkpoint `step`; keep the newest `keep` checkpoints."""
+    """Write `tree` atomically as checkpoint `step`, each process its own shards; keep the newest
+    `keep` checkpoints. Every process calls it (with the same tree structure and `step`)."""
     directory = pathlib.Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    final, tmp = directory / f"step_{step:08d}", directory / f"step_{step:08d}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    named = _names(tree)
-    save_file({k: np.array(_stored(leaf), order="C") for k, leaf in named}, str(tmp / "arrays.safetensors"))
-    digest = hashlib.sha256((tmp / "arrays.safetensors").read_bytes()).hexdigest()
-    entries = {}
-    for k, leaf in named:
+    me, count = jax.process_index(), jax.process_count()
+    filename = (lambda p: "arrays.safetensors") if count == 1 else (lambda p: f"arrays.{p}.safetensors")
+    entries, mine = {}, {}
+    for name, leaf in _names(tree):
         dtype, shape = _spec(leaf)
-        entries[k] = {"dtype": dtype, "shape": list(shape)}
-    manifest = {"format": FORMAT, "step": step, "sha256": digest, "meta": meta or {}, "entries": entries}
-    (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1))
-    for f in ("arrays.safetensors", "manifest.json"):
-        _fsync(tmp / f)
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(tmp, final)
-    _fsync(directory)
-    for old in checkpoints(directory)[:-keep] if keep else []:
-        shutil.rmtree(old, ignore_errors=True)
-    for stale in directory.glob("step_*.tmp"):
-        shutil.rmtree(stale, ignore_errors=True)
+        shards = []
+        for k, (bounds, writer, data) in enumerate(_shards(name, jax.random.key_data(leaf) if _is_key(leaf) else leaf,
+                                                           shape)):
+            shards.append({"index": [list(b) for b in bounds], "file": filename(writer), "key": f"{name}#{k}"})
+            if writer == me:
+                mine[f"{name}#{k}"] = _stored(data)
+        entries[name] = {"dtype": dtype, "shape": list(shape), "sharding": _describe(leaf), "shards": shards}
+    final = directory / f"step_{step:08d}"
+    with _staging(final) as tmp:
+        atomic.write(tmp / filename(me), safetensors_bytes(mine))
+        digests = _gather_digests(tmp, {k: _sha256(v) for k, v in mine.items()})
+        if me == 0:
+            for entry in entries.values():
+                for shard in entry["shards"]:
+                    shard["sha256"] = digests[shard["key"]]
+            manifest = {"format": FORMAT, "step": step, "processes": count, "meta": meta or {}, "entries": entries}
+            atomic.write(tmp / "manifest.json", json.dumps(manifest, indent=1))
+    if me == 0:
+        for old in checkpoints(directory)[:-keep] if keep else []:
+            shutil.rmtree(old, ignore_errors=True)
+        for stale in directory.glob("step_*.tmp"):
+            shutil.rmtree(stale, ignore_errors=True)
     return final
 
 
@@ -110,41 +195,89 @@ def read_manifest(path) -> dict:
         manifest = json.loads((path / "manifest.json").read_text())
     except (OSError, json.JSONDecodeError) as e:
         raise CheckpointError(f"{path / 'manifest.json'}: cannot read checkpoint manifest ({e})") from e
-    if manifest.get("format") != FORMAT:
+    if manifest.get("format") not in (FORMAT, FORMAT_1):
         raise CheckpointError(f"{path / 'manifest.json'}: unknown format {manifest.get('format')!r}, expected {FORMAT!r}")
     return manifest
 
 
-def load(path, template, strict: bool = True):
-    """Load checkpoint `path` into the structure of `template` (arrays or ShapeDtypeStructs);
-    return `(tree, meta)`. With `strict=False`, entries of the file not in `template` are ignored
-    (e.g. load only {"model": ...} from a full training checkpoint)."""
-    path = pathlib.Path(path)
-    manifest = read_manifest(path)
+def _format_1_entries(path: pathlib.Path, manifest: dict) -> dict:
+    """Format 1's entries as format 2's: each a single shard of arrays.safetensors, whose checksum
+    covers the whole file."""
     file = path / "arrays.safetensors"
     try:
-        blob = file.read_bytes()
+        digest = hashlib.sha256(file.read_bytes()).hexdigest()
     except OSError as e:
         raise CheckpointError(f"{file}: cannot read checkpoint arrays ({e})") from e
-    if hashlib.sha256(blob).hexdigest() != manifest["sha256"]:
+    if digest != manifest["sha256"]:
         raise CheckpointError(f"{file}: checksum mismatch, the file is corrupt or was changed after saving")
-    arrays = load_file(str(file))
+    return {name: {**e, "shards": [{"index": [[0, n] for n in e["shape"]], "file": file.name, "key": name,
+                                    "sha256": None}]} for name, e in manifest["entries"].items()}
+
+
+class _Reader:
+    """Stored shards, read on demand from their files and checked against the manifest."""
+
+    def __init__(self, path: pathlib.Path, stack: contextlib.ExitStack):
+        self.path, self.stack, self.files = path, stack, {}
+
+    def __call__(self, name: str, shard: dict) -> np.ndarray:
+        file = self.path / shard["file"]
+        try:
+            if file not in self.files:
+                self.files[file] = self.stack.enter_context(safe_open(str(file), framework="numpy"))
+            array = self.files[file].get_tensor(shard["key"])
+        except (OSError, SafetensorError) as e:
+            raise CheckpointError(f"{file}: cannot read entry '{name}' ({e})") from e
+        if shard["sha256"] is not None and _sha256(array) != shard["sha256"]:
+            raise CheckpointError(f"{file}: checksum mismatch in entry '{name}', the file is corrupt or was "
+                                  "changed after saving")
+        return array.reshape([b - a for a, b in shard["index"]])  # safetensors may store 0-d arrays as 1-d
+
+
+def _assemble(name: str, entry: dict, leaf, read, file) -> jax.Array:
+    """The array of `leaf`'s dtype, shape and sharding, each device's block cut from the stored
+    shards that overlap it (each read at most once)."""
+    dtype, shape = _spec(leaf)
+    if entry["dtype"] != dtype or tuple(entry["shape"]) != shape:
+        raise CheckpointError(f"{file}: entry '{name}' is {entry['dtype']}{entry['shape']}, "
+                              f"but the model expects {dtype}{list(shape)}")
+    stored = np.uint16 if dtype == "bfloat16" else np.uint32 if dtype.startswith("key:") else np.dtype(dtype)
+    cache = {}
+
+    def block(index) -> np.ndarray:
+        bounds = _bounds(index, shape)
+        out = np.empty([b - a for a, b in bounds], stored)
+        for k, shard in enumerate(entry["shards"]):
+            lo = [max(a, c) for (a, _), (c, _) in zip(bounds, shard["index"])]
+            hi = [min(b, d) for (_, b), (_, d) in zip(bounds, shard["index"])]
+            if any(low >= high for low, high in zip(lo, hi)):
+                continue
+            data = cache[k] if k in cache else cache.setdefault(k, read(name, shard))
+            target = tuple(slice(low - a, high - a) for low, high, (a, _) in zip(lo, hi, bounds))
+            out[target] = data[tuple(slice(low - c, high - c) for low, high, (c, _) in zip(lo, hi, shard["index"]))]
+        return out.view(jnp.bfloat16) if dtype == "bfloat16" else out
+
+    sharding = getattr(leaf, "sharding", None)
+    array = (jax.make_array_from_callback(shape, sharding, block) if sharding is not None else
+             jnp.asarray(block(tuple(slice(None) for _ in shape))))
+    return jax.random.wrap_key_data(array, impl=dtype[4:]) if dtype.startswith("key:") else array
+
+
+def load(path, template, strict: bool = True):
+    """Load checkpoint `path` into the structure and shardings of `template` (arrays or
+    ShapeDtypeStructs); return `(tree, meta)`. With `strict=False`, entries of the file not in
+    `template` are ignored (e.g. load only {"model": ...} from a full training checkpoint)."""
+    path = pathlib.Path(path)
+    manifest = read_manifest(path)
+    entries = manifest["entries"] if manifest["format"] == FORMAT else _format_1_entries(path, manifest)
     named = _names(template)
-    missing = sorted({k for k, _ in named} - set(manifest["entries"]))
-    extra = sorted(set(manifest["entries"]) - {k for k, _ in named}) if strict else []
+    missing = sorted({k for k, _ in named} - set(entries))
+    extra = sorted(set(entries) - {k for k, _ in named}) if strict else []
     if missing or extra:
-        raise CheckpointError(f"{file}: checkpoint and model differ: missing entries {missing[:5]}, "
+        raise CheckpointError(f"{path}: checkpoint and model differ: missing entries {missing[:5]}, "
                               f"unexpected entries {extra[:5]}")
-    leaves = []
-    for name, leaf in named:
-        dtype, shape = _spec(leaf)
-        entry = manifest["entries"][name]
-        if entry["dtype"] != dtype or tuple(entry["shape"]) != shape:
-            raise CheckpointError(f"{file}: entry '{name}' is {entry['dtype']}{entry['shape']}, "
-                                  f"but the model expects {dtype}{list(shape)}")
-        array = arrays[name].reshape(shape)  # safetensors stores 0-d arrays as 1-d
-        if dtype == "bfloat16":
-            array = array.view(jnp.bfloat16)
-        leaves.append(jax.random.wrap_key_data(array, impl=dtype[4:]) if dtype.startswith("key:") else
-                      jnp.asarray(array))
+    with contextlib.ExitStack() as stack:
+        read = _Reader(path, stack)
+        leaves = [_assemble(name, entries[name], leaf, read, path / entries[name]["shards"][0]["file"])
+                  for name, leaf in named]
     return jax.tree.unflatten(jax.tree.structure(template), leaves), manifest["meta"]
