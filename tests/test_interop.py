@@ -132,7 +132,7 @@ def test_gpt2_tokenizer_files_give_hf_ids(tmp_path):
     both = "the end<|endoftext|>The beginning"
     assert ours.encode(both, special="allow") == hf.encode(both)
     (tmp_path / "merges.txt").write_text("#version: 0.2\nq\u0120 zz\n", encoding="utf-8")
-    with pytest.raises(ValueError, match=r"merges.txt line 2: 'qĠ zz' is not a merge of two earlier tokens"):
+    with pytest.raises(UsageError, match=r"merges.txt line 2: 'qĠ zz' is not a merge of two earlier tokens"):
         text_io.load_gpt2(tmp_path)
 
 

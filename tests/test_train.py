@@ -1,11 +1,7 @@
-"""Training loop, checkpoints and the `frost train` / `frost plot` commands."""
+"""Training loop and the `frost train` / `frost plot` commands (checkpoints: tests/test_checkpoint.py)."""
 import json
-import os
-import signal
 import subprocess
 import sys
-import textwrap
-import time
 
 import jax
 import jax.numpy as jnp
@@ -26,76 +22,6 @@ def tiny_model(key):
 def tiny_data(n=48, seed=0):
     rng = np.random.default_rng(seed)
     return rng.standard_normal((n, 8, 8, 1)).astype(np.float32), rng.integers(0, 3, n).astype(np.int32)
-
-
-# --- checkpoints ---
-
-def test_checkpoint_round_trip_with_key_bf16_and_optimizer_state(tmp_path, key):
-    model = tiny_model(key)
-    opt = optim.adamw(1e-3)
-    tree = {"model": model, "opt_state": opt.init(model), "key": jax.random.key(3),
-            "half": jnp.arange(4, dtype=jnp.bfloat16) / 3}
-    path = checkpoint.save(tmp_path, 7, tree, meta={"note": "hi"})
-    loaded, meta = checkpoint.load(path, tree)
-    assert meta == {"note": "hi"}
-    for a, b in zip(jax.tree.leaves(tree), jax.tree.leaves(loaded)):
-        if jnp.issubdtype(a.dtype, jax.dtypes.prng_key):
-            a, b = jax.random.key_data(a), jax.random.key_data(b)
-        assert a.dtype == b.dtype
-        np.testing.assert_array_equal(np.asarray(a.astype(jnp.float32) if a.dtype == jnp.bfloat16 else a),
-                                      np.asarray(b.astype(jnp.float32) if b.dtype == jnp.bfloat16 else b))
-    assert "model.blocks.0.conv1.weight" in json.loads((path / "manifest.json").read_text())["entries"]
-
-
-def test_checkpoint_keeps_last_k(tmp_path):
-    for step in range(5):
-        checkpoint.save(tmp_path, step, {"x": jnp.ones(2) * step}, keep=2)
-    assert [p.name for p in checkpoint.checkpoints(tmp_path)] == ["step_00000003", "step_00000004"]
-    assert checkpoint.latest(tmp_path).name == "step_00000004"
-
-
-def test_corrupt_and_mismatched_checkpoints_name_the_file_and_entry(tmp_path, key):
-    tree = {"model": tiny_model(key)}
-    path = checkpoint.save(tmp_path, 1, tree)
-    other = {"model": jax.jit(lambda k: resnet.ResNet(resnet.BasicBlock, (1, 1), (4, 16), 3, 1, False, "A", key=k))(key)}
-    with pytest.raises(checkpoint.CheckpointError, match=r"arrays.safetensors: entry 'model.blocks.1.conv1.weight' "
-                                                          r"is float32\[3, 3, 4, 16\].*expects float32\[3, 3, 4, 8\]"):
-        checkpoint.load(checkpoint.save(tmp_path, 2, other), tree)
-    with pytest.raises(checkpoint.CheckpointError, match="missing entries"):
-        checkpoint.load(path, {**tree, "extra": jnp.ones(1)})
-    blob = bytearray((path / "arrays.safetensors").read_bytes())
-    blob[-5] ^= 0xFF
-    (path / "arrays.safetensors").write_bytes(bytes(blob))
-    with pytest.raises(checkpoint.CheckpointError, match=f"{path}/arrays.safetensors: checksum mismatch"):
-        checkpoint.load(path, tree)
-    (path / "manifest.json").write_text("{truncated")
-    with pytest.raises(checkpoint.CheckpointError, match="manifest.json: cannot read"):
-        checkpoint.load(path, tree)
-
-
-def test_process_killed_mid_save_leaves_previous_checkpoint(tmp_path):
-    script = textwrap.dedent(f"""
-        import time, jax.numpy as jnp
-        from frost.train import checkpoint
-        checkpoint.save({str(tmp_path)!r}, 1, {{"x": jnp.ones(1000)}})
-        checkpoint._fsync = lambda path: time.sleep(60)   # hang inside the second save
-        checkpoint.save({str(tmp_path)!r}, 2, {{"x": jnp.zeros(1000)}})
-    """)
-    proc = subprocess.Popen([sys.executable, "-c", script], env={**os.environ, "JAX_PLATFORMS": "cpu"})
-    try:
-        deadline = time.time() + 60
-        while not (tmp_path / "step_00000002.tmp" / "arrays.safetensors").exists():
-            assert time.time() < deadline and proc.poll() is None, "the saving process never reached step 2"
-            time.sleep(0.05)
-        time.sleep(0.2)
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(10)
-    assert checkpoint.latest(tmp_path).name == "step_00000001"
-    tree, _ = checkpoint.load(checkpoint.latest(tmp_path), {"x": jnp.zeros(1000)})
-    np.testing.assert_array_equal(tree["x"], np.ones(1000))
-    checkpoint.save(tmp_path, 3, {"x": jnp.zeros(1000)})  # the next save cleans the partial one
-    assert not list(tmp_path.glob("*.tmp"))
 
 
 # --- the loop ---

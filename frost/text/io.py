@@ -135,18 +135,18 @@ def load_gpt2(folder) -> Renumbered:
         vocab = json.loads((folder / "vocab.json").read_text(encoding="utf-8"))
         lines = (folder / "merges.txt").read_text(encoding="utf-8").splitlines()
     except (OSError, json.JSONDecodeError) as e:
-        raise ValueError(f"{folder}: cannot read a GPT-2 tokenizer (vocab.json and merges.txt): {e}") from None
+        raise UsageError(f"{folder}: cannot read a GPT-2 tokenizer (vocab.json and merges.txt): {e}") from None
     ids = {c: b for b, c in enumerate(_byte_chars())}  # token text in GPT-2's alphabet -> Frost id
     merges = []
     for n, line in enumerate(lines, 1):
         if line and not line.startswith("#version"):
             pair = line.split(" ")
             if len(pair) != 2 or not all(p in ids for p in pair):
-                raise ValueError(f"{folder / 'merges.txt'} line {n}: {line!r} is not a merge of two earlier tokens")
+                raise UsageError(f"{folder / 'merges.txt'} line {n}: {line!r} is not a merge of two earlier tokens")
             merges.append((ids[pair[0]], ids[pair[1]], ids.setdefault(pair[0] + pair[1], len(ids))))
     unknown = [t for t in ids if t not in vocab]
     if unknown:
-        raise ValueError(f"{folder / 'vocab.json'}: lacks {len(unknown)} tokens that merges.txt makes, e.g. {unknown[:3]}")
+        raise UsageError(f"{folder / 'vocab.json'}: lacks {len(unknown)} tokens that merges.txt makes, e.g. {unknown[:3]}")
     special = sorted(set(vocab) - set(ids), key=vocab.get)
     tok = Tokenizer(merges, {s: len(ids) + i for i, s in enumerate(special)}, GPT2_PATTERN)
     return Renumbered(tok, [vocab[t] for t in ids] + [vocab[s] for s in special])
