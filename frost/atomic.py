@@ -29,14 +29,16 @@ def _tmp(path: pathlib.Path) -> pathlib.Path:
     return path.with_name(f".{path.name}.{os.getpid()}.tmp")
 
 
-def write(path, data: bytes | str) -> pathlib.Path:
-    """Replace `path` with `data` (str is written as UTF-8) atomically and durably."""
+def write(path, data) -> pathlib.Path:
+    """Replace `path` with `data` (bytes, or str written as UTF-8, or an iterable of them, streamed:
+    a token file larger than memory) atomically and durably."""
     path = pathlib.Path(path)
     tmp = _tmp(path)
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
         with os.fdopen(fd, "wb") as f:
-            f.write(data.encode("utf-8") if isinstance(data, str) else data)
+            for part in [data] if isinstance(data, (bytes, bytearray, memoryview, str)) else data:
+                f.write(part.encode("utf-8") if isinstance(part, str) else part)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

@@ -1,6 +1,11 @@
 """frost.text: byte-level BPE checked against a naive trainer written here and against HF tokenizers."""
 import json
+import os
 import random
+import shutil
+import subprocess
+import sys
+import time
 from collections import Counter
 
 import numpy as np
@@ -9,8 +14,9 @@ import regex
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from frost.config import UsageError
 from frost.text.bpe import _pieces
-from frost.text import (GPT4_PATTERN, Tokenizer, count_chunks, kjv_text, load, split_chunks,
+from frost.text import (GPT4_PATTERN, Tokenizer, count_chunks, kjv_text, load, save, save_hf, split_chunks,
                         stream_files, token_dtype, train, train_counts)
 
 tokenizers = pytest.importorskip("tokenizers")
@@ -86,7 +92,7 @@ def kjv4k():
 @pytest.fixture(scope="module")
 def hf4k(kjv4k, tmp_path_factory):
     path = tmp_path_factory.mktemp("hf") / "tokenizer.json"
-    kjv4k.save_hf(path)
+    save_hf(kjv4k, path)
     return tokenizers.Tokenizer.from_file(str(path))
 
 
@@ -118,6 +124,12 @@ def test_round_trip_corpus_and_edges(small):
 @given(s=st.text(st.characters(max_codepoint=127)) | st.text(st.sampled_from(" \t\n\r\x0b\x0c\x1c\x1fa1'.sS")))
 def test_ascii_fast_path_splits_like_the_regex_module(s):
     assert split_chunks(GPT4_PATTERN, s) == regex.findall(GPT4_PATTERN, s)
+
+
+@HYPO
+@given(s=unicode_text | st.text(st.characters(max_codepoint=127)))
+def test_counting_matches_the_regex_module(s):
+    assert count_chunks(s, workers=1) == Counter(regex.findall(GPT4_PATTERN, s))
 
 
 def test_split_chunks_keeps_unmatched_text():
@@ -196,6 +208,22 @@ def test_hf_export_on_any_text(kjv4k, hf4k, s):
     assert kjv4k.encode(s, special="allow") == hf4k.encode(s).ids
 
 
+def test_long_chunk_matches_hf_in_n_log_n_time(kjv4k, hf4k):
+    rng = random.Random(0)  # one chunk of 60k letters (the GPT-4 pattern does not cap \p{L}+)
+    chunk = "a" * 10_000 + "".join(rng.choices("etaoinshrdlucmfwypvbgk", k=50_000))
+    start = time.perf_counter()
+    ids = kjv4k.encode(chunk)
+    assert time.perf_counter() - start < 5  # 40k letters took 7.8 s when each merge rescanned the chunk
+    assert ids == hf4k.encode(chunk).ids and kjv4k.decode(ids) == chunk
+
+
+def test_decode_refuses_ids_out_of_range(small):
+    for bad in ([-1], [small.vocab_size], [5, -3, 7], np.array([1, small.vocab_size + 9])):
+        with pytest.raises(UsageError, match="out of range"):
+            small.decode(bad)
+    assert small.decode(np.array(small.encode("In the beginning"))) == "In the beginning"
+
+
 def test_hf_special_tokens_and_decode(kjv4k, hf4k):
     s = f"In the beginning{EOT}God  \n\n created 😀"
     ids = kjv4k.encode(s, special="allow")
@@ -234,12 +262,12 @@ def test_special_tokens_allowed_refused_or_text(small):
 
 def test_save_load_round_trip(small, tmp_path):
     path = tmp_path / "tok.json"
-    small.save(path)
+    save(small, path)
     back = load(path)
     assert (back.merges, back.special, back.pattern) == (small.merges, small.special, small.pattern)
     text = kjv_text()[-20_000:]
     assert back.encode(text) == small.encode(text)
-    assert not list(tmp_path.glob(".tmp-*"))  # written atomically
+    assert not list(tmp_path.glob(".*.tmp"))  # written atomically
 
 
 def _edit(text, change):
@@ -258,19 +286,23 @@ def _edit(text, change):
     (lambda s: _edit(s, lambda d: d["merges"][0].__setitem__(2, 400)), "does not exist"),
     (lambda s: _edit(s, lambda d: d["merges"][5].__setitem__(2, 256)), "not"),
     (lambda s: _edit(s, lambda d: d["special_tokens"].__setitem__(EOT, 3)), "special token ids"),
-    (lambda s: _edit(s, lambda d: d.__setitem__("pattern", "(unclosed")), "broken.json"),
+    (lambda s: _edit(s, lambda d: d.__setitem__("pattern", "(unclosed")), "not a valid regex"),
+    (lambda s: _edit(s, lambda d: d.__setitem__("pattern", "")), "matches the empty string"),
+    (lambda s: _edit(s, lambda d: d.__setitem__("pattern", r"\s*")), "matches the empty string"),
 ])
 def test_malformed_file_errors_name_the_file(small, tmp_path, damage, message):
     path = tmp_path / "broken.json"
-    small.save(path)
+    save(small, path)
     path.write_text(damage(path.read_text(encoding="utf-8")), encoding="utf-8")
-    with pytest.raises(ValueError, match=message) as err:
+    with pytest.raises(UsageError, match=message) as err:
         load(path)
     assert str(path) in str(err.value)
+    with pytest.raises(UsageError, match="cannot read"):
+        load(tmp_path / "missing.json")
 
 
 def test_loading_a_hf_file_says_what_it_is(small, tmp_path):
-    small.save_hf(tmp_path / "tokenizer.json")
+    save_hf(small, tmp_path / "tokenizer.json")
     with pytest.raises(ValueError, match="HF tokenizer.json"):
         load(tmp_path / "tokenizer.json")
 
@@ -295,6 +327,41 @@ def test_cli_train_and_encode(tmp_path, capsys):
     eot = [tok.special[EOT]]
     assert ids.dtype == np.uint16 and ids.tolist() == tok.encode(docs[0]) + eot + tok.encode(docs[1]) + eot
     assert token_dtype(65536) == np.uint32
+
+
+def test_cli_mistakes_are_one_line(tmp_path, capsys):
+    from frost.cli import main
+    (tmp_path / "data.bin").write_bytes(bytes(range(256)) * 10)
+    (tmp_path / "a.txt").write_text("hello world, " * 50, encoding="utf-8")
+    a, tok = str(tmp_path / "a.txt"), str(tmp_path / "tok.json")
+    cases = [(["train", str(tmp_path / "data.bin"), "--vocab-size", "300"], "data.bin: not UTF-8 text"),
+             (["train", str(tmp_path / "nope.txt"), "--vocab-size", "300"], "nope.txt"),
+             (["train", a, "--vocab-size", "100"], "use at least 256"),
+             (["train", a, "--vocab-size", "300", "--pattern", ""], "matches the empty string"),
+             (["train", a, "--vocab-size", "300", "--pattern", "(x"], "not a valid regex"),
+             (["train", a, "--vocab-size", "300", "--workers", "0"], "workers=0"),
+             (["encode", "--tokenizer", tok, a], "tok.json: cannot read")]
+    for argv, message in cases:
+        assert main(["tokenizer", *argv, "-o", tok if argv[0] == "train" else str(tmp_path / "t.bin")]) == 2
+        err = capsys.readouterr().err
+        shown = err.rsplit("\r", 1)[-1]  # what a terminal shows: a progress bar, if any, was erased
+        assert shown.startswith("frost: error: ") and message in shown and err.count("\n") == 1, (argv, err)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt", "data.bin"]  # nothing (half-)written
+
+
+def test_imports_are_light_and_one_way():
+    code = ("import sys, frost.text.cli, frost.text; assert 'numpy' not in sys.modules and 'regex' not in sys.modules\n"
+            "import frost.text.bpe; assert 'frost.text.io' not in sys.modules and 'numba' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_numba_cache_unwritable_compiles_every_run_and_says_so(tmp_path):
+    from frost.text import merge
+    shutil.copy(merge.__file__, tmp_path / "merge_copy.py")
+    (tmp_path / "__pycache__").write_text("")  # no cache folder numba could write: here, NUMBA_CACHE_DIR, ~/.cache
+    env = {**os.environ, "NUMBA_CACHE_DIR": "/dev/null/numba", "XDG_CACHE_HOME": "/dev/null/cache", "HOME": "/dev/null"}
+    run = subprocess.run([sys.executable, "-c", "import merge_copy"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert run.returncode == 0 and "set NUMBA_CACHE_DIR to a writable folder" in run.stderr, run.stderr
 
 
 def test_kjv_corpus():

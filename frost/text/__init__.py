@@ -3,11 +3,21 @@
     from frost.text import train, kjv_text
     tok = train(kjv_text(), vocab_size=4096)
     tok.decode(tok.encode("Let there be light")) == "Let there be light"
-"""
-from .bpe import (GPT4_PATTERN, Tokenizer, count_chunks, split_chunks, stream_files, train,
-                  train_counts)
-from .corpus import kjv_path, kjv_text
-from .io import load, save, save_hf, to_hf_json, token_dtype
 
-__all__ = ["GPT4_PATTERN", "Tokenizer", "count_chunks", "kjv_path", "kjv_text", "load", "save", "save_hf",
-           "split_chunks", "stream_files", "to_hf_json", "token_dtype", "train", "train_counts"]
+Names load on first use, so `frost tokenizer --help` (and every `frost` command) does not pay
+for numpy and regex.
+"""
+import importlib
+
+_HOMES = {"bpe": ["GPT4_PATTERN", "Tokenizer", "count_chunks", "split_chunks", "stream_files", "train", "train_counts"],
+          "corpus": ["kjv_path", "kjv_text"], "io": ["load", "save", "save_hf", "to_hf_json", "token_dtype"]}
+_HOME = {name: module for module, names in _HOMES.items() for name in names}
+__all__ = sorted(_HOME)
+
+
+def __getattr__(name):
+    if name in _HOMES:  # a submodule: frost.text.io
+        return importlib.import_module(f"frost.text.{name}")
+    if name in _HOME:
+        return getattr(importlib.import_module(f"frost.text.{_HOME[name]}"), name)
+    raise AttributeError(f"module 'frost.text' has no attribute {name!r}")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
+import heapq
 import os
 import re
 import sys
@@ -30,6 +31,8 @@ from typing import Iterable, Iterator
 import numpy as np
 import regex
 
+from frost.config import UsageError
+
 GPT4_PATTERN = (r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,3}|"""
                 r""" ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+""")
 BATCH_CHARS = 1 << 20  # text per worker task
@@ -41,7 +44,15 @@ _GPT4_ASCII = re.compile(rf"""'(?i:[sdmt]|ll|ve|re)|[^\r\nA-Za-z0-9]?+[A-Za-z]+|
 
 @functools.lru_cache(maxsize=8)
 def _compile(pattern: str):
-    return regex.compile(pattern)
+    """The pre-tokenisation regex, refused (UsageError) if it is broken or matches the empty string
+    (then it would split text into single characters, and no merge would ever apply)."""
+    try:
+        pat = regex.compile(pattern)
+    except regex.error as e:
+        raise UsageError(f"pattern {pattern!r} is not a valid regex: {e}") from None
+    if pat.match("") is not None:
+        raise UsageError(f"pattern {pattern!r} matches the empty string; every match must hold a character")
+    return pat
 
 
 def split_chunks(pattern: str, text: str) -> list[str]:
@@ -103,33 +114,41 @@ def stream_files(paths: Iterable[str | os.PathLike], size: int = BATCH_CHARS) ->
     """Read UTF-8 files lazily, one file at a time, in pieces of about `size` characters cut at safe
     points, so `train(stream_files(paths), ...)` handles corpora larger than memory."""
     for path in paths:
-        with open(path, encoding="utf-8", newline="") as f:
-            rest = ""
-            try:
+        try:
+            with open(path, encoding="utf-8", newline="") as f:
+                rest = ""
                 while block := f.read(size):
                     text = rest + block
                     cut = _last_cut(text)
                     rest = text[cut:]
                     if cut:
                         yield text[:cut]
-            except UnicodeDecodeError as e:
-                raise ValueError(f"{path}: not UTF-8 text ({e})") from None
-            if rest:
-                yield rest
+        except UnicodeDecodeError as e:
+            raise UsageError(f"{path}: not UTF-8 text ({e.reason}); is it a binary file?") from None
+        except OSError as e:
+            raise UsageError(f"{path}: {e.strerror or e}") from None
+        if rest:
+            yield rest
 
 
-def parallel_map(fn, items: Iterable, workers: int | None = None, init=None, initargs=(), local=None):
+def parallel_map(fn, items: Iterable, workers: int | None = None, init=None, initargs=(), local=None,
+                 started=lambda: None):
     """`map(fn, items)` in order, in `workers` processes (default: all cores) with at most two tasks
     per worker in flight, so a lazy input is read only as fast as it is used. `init(*initargs)`
-    starts each worker. A single item, or workers=1, runs here as `map(local or fn, items)`."""
+    starts each worker. A single item, or workers=1, runs here as `map(local or fn, items)`.
+    `started()` is called once the workers exist (a thread started from it cannot make forking them unsafe)."""
     items = iter(items)
     head = list(islice(items, 2))
+    if workers is not None and workers < 1:
+        raise UsageError(f"workers={workers}: must be at least 1")
     workers = min(workers or os.cpu_count() or 1, 64)
     if len(head) < 2 or workers == 1:
+        started()
         yield from map(local or fn, chain(head, items))
         return
     with ProcessPoolExecutor(workers, _mp_context(), initializer=init, initargs=initargs) as ex:
-        pending = [ex.submit(fn, x) for x in head]
+        pending = [ex.submit(fn, x) for x in head]  # with fork, the first submit starts every worker
+        started()
         for x in items:
             if len(pending) >= 2 * workers:
                 yield pending.pop(0).result()
@@ -156,11 +175,12 @@ def _count_batch(args: tuple[str, list[str]]) -> Counter:
 
 
 def count_chunks(texts: Iterable[str] | str, pattern: str = GPT4_PATTERN, workers: int | None = None,
-                 progress=None) -> Counter:
+                 progress=None, started=lambda: None) -> Counter:
     """How often each pre-token chunk occurs: Counter({' the': 63924, ...}). `progress`: a tqdm bar
-    advanced by characters read."""
+    advanced by characters read; `started`: see `parallel_map`."""
     total = Counter()
-    for counts in parallel_map(_count_batch, ((pattern, b) for b in _batches(_pieces(texts))), workers):
+    batches = ((pattern, b) for b in _batches(_pieces(texts)))
+    for counts in parallel_map(_count_batch, batches, workers, started=started):
         total.update(counts)
         if progress is not None:
             progress.update(sum(len(c) * n for c, n in counts.items()))
@@ -173,12 +193,23 @@ def train(texts: Iterable[str] | str, vocab_size: int, *, pattern: str = GPT4_PA
     the special tokens). `texts`: a string or an iterable of strings (documents), read lazily;
     see `stream_files` for files. Texts over ~1 MB are cut after a newline that precedes a
     non-space character, which changes nothing for the GPT-4 and GPT-2 patterns; a custom pattern
-    whose matches span such a point would see the cut."""
-    bar = _bar(progress, "counting", "char")
-    counts = count_chunks(texts, pattern, workers, bar)
-    if bar is not None:
-        bar.close()
+    whose matches span such a point would see the cut. numba loads (or, on a first run, compiles)
+    the merge loop in a thread while the worker processes count."""
+    _compile(pattern), _n_tokens(vocab_size, special_tokens)  # refuse mistakes before reading anything
+    loading = threading.Thread(target=_load_merge_loop, daemon=True)
+    with _bar(progress, "counting", "char") as bar:
+        counts = count_chunks(texts, pattern, workers, bar, started=loading.start)
+    loading.join()
     return train_counts(counts, vocab_size, pattern=pattern, special_tokens=special_tokens, progress=progress)
+
+
+def _load_merge_loop():
+    """Import numba and compile or load the merge loop, by merging one tiny word."""
+    try:
+        from .merge import merge_loop
+        merge_loop(np.array([97, 98], np.int32), np.array([0, 2]), np.ones(1, np.int64), 257, np.zeros(1, np.int64))
+    except Exception:  # noqa: S110 - train_counts meets the same error and reports it
+        pass
 
 
 def train_counts(counts: dict[str, int], vocab_size: int, *, pattern: str = GPT4_PATTERN,
@@ -186,11 +217,7 @@ def train_counts(counts: dict[str, int], vocab_size: int, *, pattern: str = GPT4
     """Train from chunk counts ({chunk: occurrences}, as `count_chunks` returns); counts are int64."""
     from .merge import merge_loop  # numba loads only when training
 
-    special_tokens = list(dict.fromkeys(special_tokens))
-    n_tokens = vocab_size - len(special_tokens)
-    if n_tokens < 256:
-        raise ValueError(f"vocab_size={vocab_size} leaves no room for the 256 byte tokens and "
-                         f"{len(special_tokens)} special tokens; use at least {256 + len(special_tokens)}")
+    special_tokens, n_tokens = _n_tokens(vocab_size, special_tokens)
     words = [w.encode("utf-8") for w in counts]
     keep = [i for i, w in enumerate(words) if len(w) > 1]  # a single byte has no pairs
     sym = np.frombuffer(b"".join(words[i] for i in keep), np.uint8).astype(np.int32)
@@ -198,30 +225,47 @@ def train_counts(counts: dict[str, int], vocab_size: int, *, pattern: str = GPT4
     np.cumsum([len(words[i]) for i in keep], out=starts[1:])
     wcount = np.fromiter(counts.values(), np.int64, len(words))[keep]
     if np.any(wcount < 0):
-        raise ValueError("chunk counts must be non-negative")
-    done = np.zeros(1, np.int64)
-    bar = _bar(progress, "merging", "tok", total=n_tokens - 256)
-    if bar is None:
-        merges = merge_loop(sym, starts, wcount, n_tokens, done)
-    else:  # the loop releases the GIL; this thread moves the bar
-        result = []
-        worker = threading.Thread(target=lambda: result.append(merge_loop(sym, starts, wcount, n_tokens, done)))
-        worker.start()
-        while worker.is_alive():
-            worker.join(0.1)
-            bar.update(max(0, int(done[0]) - 256 - bar.n))
-        bar.close()
-        merges = result[0]
+        raise UsageError("chunk counts must be non-negative")
+    done, result = np.zeros(1, np.int64), []
+    with _bar(progress, "merging", "tok", total=n_tokens - 256) as bar:
+        if bar is None:
+            result.append(merge_loop(sym, starts, wcount, n_tokens, done))
+        else:  # the loop releases the GIL; this thread moves the bar
+            worker = threading.Thread(target=lambda: result.append(merge_loop(sym, starts, wcount, n_tokens, done)))
+            worker.start()
+            while worker.is_alive():
+                worker.join(0.1)
+                bar.update(max(0, int(done[0]) - 256 - bar.n))
+    merges = result[0]
     n_made = int(merges[:, 2].max(initial=255)) + 1
     special = {s: n_made + i for i, s in enumerate(special_tokens)}
     return Tokenizer([tuple(m) for m in merges.tolist()], special, pattern)
 
 
+def _n_tokens(vocab_size: int, special_tokens: Iterable[str]) -> tuple[list[str], int]:
+    """The special tokens (duplicates dropped) and the number of other tokens; UsageError if too few."""
+    special = list(dict.fromkeys(special_tokens))
+    if "" in special:
+        raise UsageError("a special token cannot be the empty string")
+    if vocab_size < 256 + len(special):
+        raise UsageError(f"vocab_size={vocab_size} leaves no room for the 256 byte tokens and {len(special)} "
+                         f"special tokens; use at least {256 + len(special)}")
+    return special, vocab_size - len(special)
+
+
 def _bar(on: bool, desc: str, unit: str, total=None):
+    """A tqdm progress bar to use in `with`, or (off) a context that yields None."""
     if not on:
-        return None
+        return contextlib.nullcontext()
     from tqdm import tqdm
-    return tqdm(total=total, desc=desc, unit=unit, unit_scale=True)
+
+    class Bar(tqdm):
+        monitor_interval = 0  # no monitor thread: a thread makes forking the workers unsafe (so slow)
+
+        def __exit__(self, *error):
+            self.leave = error[0] is None  # after an error, the error message is the last line
+            return super().__exit__(*error)
+    return Bar(total=total, desc=desc, unit=unit, unit_scale=True)
 
 
 class _Cache(dict):
@@ -275,20 +319,25 @@ class Tokenizer:
 
     def _bpe(self, chunk: str) -> tuple[int, ...]:
         """BPE of one chunk: merge the adjacent pair learned first (lowest rank), leftmost first,
-        until no learned pair is left.
+        until no learned pair is left; a heap of (rank, position) makes it O(n log n), as HF's.
         ' the' -> [32, 116, 104, 101] -> [32, 256, 101] (t,h) -> [32, 257] (th,e) -> [258] ( ,the)"""
-        ids = list(chunk.encode("utf-8"))
-        get, inf = self._ranks.get, len(self.merges)
-        ranks = [get(p, inf) for p in zip(ids, ids[1:])]  # ranks[i]: rank of pair (ids[i], ids[i + 1])
-        while ranks and (r := min(ranks)) < inf:
-            i = ranks.index(r)
-            ids[i:i + 2] = [self.merges[r][2]]
-            del ranks[i]
-            if i > 0:
-                ranks[i - 1] = get((ids[i - 1], ids[i]), inf)
-            if i < len(ranks):
-                ranks[i] = get((ids[i], ids[i + 1]), inf)
-        return tuple(ids)
+        ids = list(chunk.encode("utf-8"))  # ids[i] is None once merged into the token on its left
+        n, get = len(ids), self._ranks.get
+        left, right = list(range(-1, n - 1)), list(range(1, n + 1))  # neighbours still there
+        heap = [(r, i) for i in range(n - 1) if (r := get((ids[i], ids[i + 1]))) is not None]
+        heapq.heapify(heap)
+        while heap:
+            r, i = heapq.heappop(heap)
+            j = right[i]
+            if ids[i] is None or j == n or get((ids[i], ids[j])) != r:  # stale: the pair changed
+                continue
+            ids[i], ids[j], right[i] = self.merges[r][2], None, right[j]
+            if right[i] < n:
+                left[right[i]] = i
+            for x, y in ((left[i], i), (i, right[i])):
+                if x >= 0 and y < n and (q := get((ids[x], ids[y]))) is not None:
+                    heapq.heappush(heap, (q, x))
+        return tuple(x for x in ids if x is not None)
 
     def encode_ordinary(self, text: str) -> list[int]:
         """Encode text, treating special-token strings as plain text."""
@@ -296,16 +345,16 @@ class Tokenizer:
 
     def encode(self, text: str, *, special: str = "refuse") -> list[int]:
         """Text -> ids. `special` says what a special-token string in the text means:
-        "refuse" (default) raises ValueError, "allow" encodes it as its special id, "text" as text."""
+        "refuse" (default) raises UsageError, "allow" encodes it as its special id, "text" as text."""
         if self._special_re is None or special == "text":
             return self.encode_ordinary(text)
         if special == "refuse":
             if m := self._special_re.search(text):
-                raise ValueError(f"text contains the special token {m.group()!r} at {m.start()}; pass "
+                raise UsageError(f"text contains the special token {m.group()!r} at {m.start()}; pass "
                                  "special='allow' to encode it as a special token or 'text' as plain text")
             return self.encode_ordinary(text)
         if special != "allow":
-            raise ValueError(f"special must be 'refuse', 'allow' or 'text', not {special!r}")
+            raise UsageError(f"special must be 'refuse', 'allow' or 'text', not {special!r}")
         parts = self._special_re.split(text)  # [text, special, text, special, ..., text]
         ids = []
         for i, part in enumerate(parts):
@@ -329,21 +378,15 @@ class Tokenizer:
             return list(self.encode_iter(texts, special=special, workers=workers))
 
     def decode_bytes(self, ids: Iterable[int]) -> bytes:
+        ids = ids.tolist() if isinstance(ids, np.ndarray) else list(ids)
+        if ids and not 0 <= min(ids) <= max(ids) < len(self._decode):
+            bad = next(i for i in ids if not 0 <= i < len(self._decode))
+            raise UsageError(f"token id {bad} is out of range: this tokenizer has ids 0..{len(self._decode) - 1}")
         return b"".join(map(self._decode.__getitem__, ids))
 
     def decode(self, ids: Iterable[int], errors: str = "replace") -> str:
         """Ids -> text. A token sequence that cuts a UTF-8 character is decoded with `errors`."""
         return self.decode_bytes(ids).decode("utf-8", errors=errors)
-
-    def save(self, path: str | os.PathLike) -> None:
-        """Write our own versioned JSON (see frost.text.io)."""
-        from .io import save
-        save(self, path)
-
-    def save_hf(self, path: str | os.PathLike) -> None:
-        """Write a HF `tokenizers` tokenizer.json that encodes to the same ids."""
-        from .io import save_hf
-        save_hf(self, path)
 
 
 _worker_tokenizer: Tokenizer | None = None

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 
-import numpy as np
+from frost import atomic
+from frost.config import UsageError
 
 
 def add_commands(subparsers) -> None:
@@ -45,46 +45,48 @@ def add_commands(subparsers) -> None:
 
 def _train(args) -> int:
     from .bpe import GPT4_PATTERN, stream_files, train
+    from .io import save, save_hf
 
-    tok = train(stream_files(args.corpus), args.vocab_size, pattern=args.pattern or GPT4_PATTERN,
+    _size(args.corpus)  # every file is there
+    tok = train(stream_files(args.corpus), args.vocab_size, pattern=GPT4_PATTERN if args.pattern is None else args.pattern,
                 special_tokens=args.special, workers=args.workers, progress=True)
-    tok.save(args.output)
+    save(tok, args.output)
     if args.hf:
-        tok.save_hf(args.hf)
+        save_hf(tok, args.hf)
     print(f"{tok!r} -> {args.output}", file=sys.stderr)
     return 0
 
 
 def _encode(args) -> int:
-    from tqdm import tqdm
+    import numpy as np
 
-    from .bpe import stream_files
+    from .bpe import _bar, stream_files
     from .io import load, token_dtype
 
     tok = load(args.tokenizer)
     if args.eot is not None and args.eot not in tok.special:
-        sys.exit(f"--eot {args.eot!r} is not a special token of {args.tokenizer} (it has {list(tok.special)})")
-    dtype = token_dtype(tok.vocab_size)
-    folder = os.path.dirname(os.path.abspath(args.output))
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".bin")
-    n = 0
-    try:
-        with os.fdopen(fd, "wb") as out, tqdm(total=sum(os.path.getsize(p) for p in args.corpus),
-                                              unit="B", unit_scale=True, desc="encoding") as bar:
-            for path in args.corpus:
-                for ids in tok.encode_iter(_counted(stream_files([path]), bar), special=args.special,
-                                           workers=args.workers):
-                    np.asarray(ids, dtype).tofile(out)
-                    n += len(ids)
-                if args.eot is not None:
-                    np.asarray([tok.special[args.eot]], dtype).tofile(out)
-                    n += 1
-        os.replace(tmp, args.output)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-    print(f"{n} tokens ({np.dtype(dtype).name}) -> {args.output}", file=sys.stderr)
+        raise UsageError(f"--eot {args.eot!r} is not a special token of {args.tokenizer} (it has {list(tok.special)})")
+    dtype, n, bar = token_dtype(tok.vocab_size), [0], _bar(True, "encoding", "B", total=_size(args.corpus))
+
+    def blocks():  # the token file, streamed in blocks to frost's atomic writer
+        for path in args.corpus:
+            for ids in tok.encode_iter(_counted(stream_files([path]), bar), special=args.special, workers=args.workers):
+                n[0] += len(ids)
+                yield np.asarray(ids, dtype).tobytes()
+            if args.eot is not None:
+                n[0] += 1
+                yield np.asarray([tok.special[args.eot]], dtype).tobytes()
+    with bar:
+        atomic.write(args.output, blocks())
+    print(f"{n[0]} tokens ({np.dtype(dtype).name}) -> {args.output}", file=sys.stderr)
     return 0
+
+
+def _size(paths) -> int:
+    try:
+        return sum(os.path.getsize(p) for p in paths)
+    except OSError as e:
+        raise UsageError(f"{e.filename}: {e.strerror}") from None
 
 
 def _counted(pieces, bar):

@@ -14,109 +14,138 @@ orders entries by (-count, left << 32 | right).
 If a merge yields bytes that already are a token (for example (ab, c) after (a, bc) made "abc"),
 the existing id is reused, as HF `tokenizers` does, so every token's bytes are unique.
 
-Data structures (all int64 unless said):
-    P[p] = (key, count, head, stamp)   one row per pair ever seen; key = left << 32 | right
-    E[e] = (word, next)                linked lists of the words that hold pair p (from P[p].head);
-                                       may hold stale words, which are skipped when merged
-    heap of (-count, key)              lazy: a popped entry whose count is out of date is re-pushed
+Compiling is part of a first run's time, so the compiled code is scalar loops over int64 arrays
+that `merge_loop` allocates in Python: no numba containers, array expressions or allocation
+inside (a typed Dict, heapq on a list or one 2-D slice copy each cost numba seconds to compile).
+The arrays are sized for the worst case; np.empty only reserves address space, so memory grows
+with the rows used. All int64; p, e, t index rows:
+
+    P[p] = (key, count, head, stamp)  pairs ever seen; key = left << 32 | right; table: key -> p
+    E[e] = (word, next)               linked lists of the words that hold pair p (from P[p].head);
+                                      may hold stale words, which are skipped when merged
+    H[:n] = (count, key)              lazy max-heap: a popped entry whose count is out of date is re-pushed
+    T[t] = (hash, same, pos, len, pow)  token t: a polynomial hash of its bytes (byhash: hash -> the
+                                      newest token with it, `same` the one before), its bytes at
+                                      orig[pos:pos + len] (each symbol's byte offset is kept in `pos`)
 """
-import heapq
+import warnings
 
 import numba as nb
 import numpy as np
-from numba import types
-from numba.typed import Dict, List
 
-KEY, COUNT, HEAD, STAMP = 0, 1, 2, 3
-
-
-@nb.njit(cache=True)
-def _grown(a, n):
-    """`a` if it has room for row n, else a copy with twice the rows."""
-    if n < a.shape[0]:
-        return a
-    b = np.empty((2 * a.shape[0], a.shape[1]), a.dtype)
-    b[: a.shape[0]] = a
-    return b
+KEY, COUNT, HEAD, STAMP = 0, 1, 2, 3  # columns of P
+HASH, SAME, POS, LEN, POW = 0, 1, 2, 3, 4  # columns of T
+MIX = -7046029254386353131  # 0x9E3779B97F4A7C15 as an int64: Fibonacci hashing
 
 
-@nb.njit(cache=True)
-def _bump(P, E, size, pidx, key, f, w):
-    """Add f to pair `key` (creating it) and note that word w holds it. Returns (P, E, p).
+def _jit(fn):
+    """numba.njit with the on-disk cache (NUMBA_CACHE_DIR, else __pycache__ beside this file, else
+    ~/.cache/numba), so only the first run compiles; where none is writable, compile every run, and say so."""
+    try:
+        return nb.njit(cache=True, nogil=True)(fn)
+    except RuntimeError:  # numba: "cannot cache function ...: no locator available"
+        warnings.warn("frost.text: numba has no writable cache folder (NUMBA_CACHE_DIR, __pycache__ beside "
+                      f"{__file__}, ~/.cache/numba), so the BPE merge loop is compiled on every run (seconds); "
+                      "set NUMBA_CACHE_DIR to a writable folder")
+        return nb.njit(nogil=True)(fn)
 
-    size = [number of pairs, number of list entries]."""
-    p = pidx.setdefault(key, size[0])
-    if p == size[0]:  # a new pair
-        P = _grown(P, p)
-        P[p, KEY], P[p, COUNT], P[p, HEAD], P[p, STAMP] = key, 0, -1, -1
+
+@_jit
+def _slot(table, rows, key):
+    """The slot of the open-addressing `table` (row ids of `rows`, -1: empty) that holds the row
+    whose column 0 is `key`, else the empty slot where it goes."""
+    mask = table.shape[0] - 1
+    i = ((key * MIX) >> 32) & mask
+    while table[i] >= 0 and rows[table[i], 0] != key:
+        i = (i + 1) & mask
+    return i
+
+
+@_jit
+def _push(H, n, count, key):
+    """Add (count, key) to the heap H[:n], whose top is the highest count (then the smallest key)."""
+    i = n
+    while i > 0 and (H[(i - 1) // 2, 0] < count or (H[(i - 1) // 2, 0] == count and H[(i - 1) // 2, 1] > key)):
+        H[i, 0], H[i, 1] = H[(i - 1) // 2, 0], H[(i - 1) // 2, 1]
+        i = (i - 1) // 2
+    H[i, 0], H[i, 1] = count, key
+
+
+@_jit
+def _pop(H, n):
+    """Remove the top of the heap H[:n]: the last row sifts down from the top."""
+    count, key, i, n = H[n - 1, 0], H[n - 1, 1], 0, n - 1
+    while 2 * i + 1 < n:
+        c = 2 * i + 1  # the larger child
+        if c + 1 < n and (H[c + 1, 0] > H[c, 0] or (H[c + 1, 0] == H[c, 0] and H[c + 1, 1] < H[c, 1])):
+            c += 1
+        if count > H[c, 0] or (count == H[c, 0] and key < H[c, 1]):
+            break
+        H[i, 0], H[i, 1] = H[c, 0], H[c, 1]
+        i = c
+    H[i, 0], H[i, 1] = count, key
+
+
+@_jit
+def _bump(P, E, table, size, key, f, w):
+    """Add f to pair `key` (creating it) and note that word w holds it; returns its row p.
+    size = [rows of P used, rows of E used]."""
+    s = _slot(table, P, key)
+    if table[s] < 0:  # a new pair
+        table[s] = size[0]
+        P[size[0], KEY], P[size[0], COUNT], P[size[0], HEAD], P[size[0], STAMP] = key, 0, -1, -1
         size[0] += 1
+    p = table[s]
     P[p, COUNT] += f
-    h = P[p, HEAD]
-    if h < 0 or E[h, 0] != w:  # one word is processed at a time, so a repeat is the list head
-        e = size[1]
-        E = _grown(E, e)
-        E[e, 0], E[e, 1] = w, h
-        P[p, HEAD] = e
+    if P[p, HEAD] < 0 or E[P[p, HEAD], 0] != w:  # one word is processed at a time, so a repeat is the head
+        E[size[1], 0], E[size[1], 1] = w, P[p, HEAD]
+        P[p, HEAD] = size[1]
         size[1] += 1
-    return P, E, p
+    return p
 
 
-@nb.njit(cache=True)
-def _fnv(data):
-    h = np.uint64(14695981039346656037)
-    for x in data:
-        h = (h ^ np.uint64(x)) * np.uint64(1099511628211)
-    return h
-
-
-@nb.njit(cache=True, nogil=True)
-def merge_loop(sym, starts, wcount, n_tokens, progress):
-    """Merge until there are `n_tokens` tokens (bytes included) or no pair is left.
-
-    sym: int32 (S,) byte ids of all words, rewritten in place; starts: int64 (W + 1,) word offsets;
-    wcount: int64 (W,) occurrences; progress: int64 (1,) set to the number of tokens made so far,
-    readable from another thread. Returns int64 (M, 3) merges as rows (left, right, new id).
-    """
-    W = wcount.shape[0]
-    wlen = starts[1:] - starts[:-1]
-    P = np.empty((max(16, 2 * sym.shape[0]), 4), np.int64)
-    E = np.empty((max(16, 2 * sym.shape[0]), 2), np.int64)
-    size = np.zeros(2, np.int64)
-    pidx = Dict.empty(types.int64, types.int64)
-    for w in range(W):
+@_jit
+def _loop(sym, pos, orig, starts, wlen, wcount, P, E, H, T, table, byhash, size, touched, out, progress):
+    for t in range(256):  # the byte tokens; orig[S + t] is byte t
+        T[t, HASH], T[t, SAME], T[t, POS], T[t, LEN], T[t, POW] = t + 1, -1, sym.shape[0] + t, 1, 257
+        byhash[_slot(byhash, T, t + 1)] = t
+    for w in range(wcount.shape[0]):
         for i in range(starts[w], starts[w] + wlen[w] - 1):
-            P, E, p = _bump(P, E, size, pidx, (np.int64(sym[i]) << 32) | sym[i + 1], wcount[w], w)
-
-    toks = List()  # bytes of every token, to find merges that yield an existing token
-    same = List()  # next token with the same hash
-    for i in range(256):
-        toks.append(np.array([i], np.uint8))
-        same.append(-1)
-    byhash = Dict.empty(types.uint64, types.int64)
-    out = np.empty((max(16, n_tokens - 256), 3), np.int64)
-    heap = [(-P[p, COUNT], P[p, KEY]) for p in range(size[0])]
-    heapq.heapify(heap)
-    touched = np.empty(16, np.int64)
-    m = 0
-    while len(toks) < n_tokens and len(heap) > 0:
-        negc, key = heapq.heappop(heap)
-        p = pidx[key]
-        if -negc != P[p, COUNT]:  # stale entry: counts only fall, so re-push the true count
+            _bump(P, E, table, size, (np.int64(sym[i]) << 32) | sym[i + 1], wcount[w], w)
+    n = size[0]
+    for p in range(n):
+        _push(H, p, P[p, COUNT], P[p, KEY])
+    m, n_made = 0, 256
+    while n_made < T.shape[0] and n > 0:
+        cnt, key = H[0, 0], H[0, 1]
+        _pop(H, n)
+        n -= 1
+        p = table[_slot(table, P, key)]
+        if cnt != P[p, COUNT]:  # stale entry: counts only fall, so re-push the true count
             if P[p, COUNT] > 0:
-                heapq.heappush(heap, (-P[p, COUNT], key))
+                _push(H, n, P[p, COUNT], key)
+                n += 1
             continue
         a, b = key >> 32, key & 0xFFFFFFFF
-        new = np.concatenate((toks[a], toks[b]))
-        h = _fnv(new)
-        c = byhash[h] if h in byhash else -1
-        while c >= 0 and not (toks[c].shape[0] == new.shape[0] and (toks[c] == new).all()):
-            c = same[c]
-        if c < 0:
-            c = len(toks)
-            toks.append(new)
-            same.append(byhash[h] if h in byhash else -1)
-            byhash[h] = c
-        out = _grown(out, m)
+        la, lb = T[a, LEN], T[b, LEN]
+        h = T[a, HASH] * T[b, POW] + T[b, HASH]  # the hash of bytes(a) + bytes(b), wrapping
+        s = _slot(byhash, T, h)
+        c = byhash[s]
+        while c >= 0:  # a token with this hash: does it have these bytes?
+            k = 0
+            if T[c, LEN] == la + lb:
+                while k < la and orig[T[c, POS] + k] == orig[T[a, POS] + k]:
+                    k += 1
+                while la <= k < la + lb and orig[T[c, POS] + k] == orig[T[b, POS] + k - la]:
+                    k += 1
+            if k == la + lb:
+                break
+            c = T[c, SAME]
+        if c < 0:  # new bytes: a new token, whose position is set at its first occurrence
+            c = n_made
+            T[c, HASH], T[c, SAME], T[c, POS], T[c, LEN], T[c, POW] = h, byhash[s], -1, la + lb, T[a, POW] * T[b, POW]
+            byhash[s] = c
+            n_made += 1
         out[m, 0], out[m, 1], out[m, 2] = a, b, c
         m += 1
         nt = 0
@@ -128,34 +157,51 @@ def merge_loop(sym, starts, wcount, n_tokens, progress):
             i = j = s  # read position, write position
             while i < end:
                 if i + 1 < end and sym[i] == a and sym[i + 1] == b:
+                    if T[c, POS] < 0:
+                        T[c, POS] = pos[i]
                     for side in range(2):
                         if side == 0 and j > s:  # (x, a) -> (x, c)
-                            x = np.int64(sym[j - 1])
-                            P[pidx[(x << 32) | a], COUNT] -= f
-                            P, E, q = _bump(P, E, size, pidx, (x << 32) | c, f, w)
+                            old, new = (np.int64(sym[j - 1]) << 32) | a, (np.int64(sym[j - 1]) << 32) | c
                         elif side == 1 and i + 2 < end:  # (b, y) -> (c, y)
-                            y = np.int64(sym[i + 2])
-                            P[pidx[(b << 32) | y], COUNT] -= f
-                            P, E, q = _bump(P, E, size, pidx, (c << 32) | y, f, w)
+                            old, new = (b << 32) | sym[i + 2], (c << 32) | sym[i + 2]
                         else:
                             continue
-                        if P[q, STAMP] != m:
+                        P[table[_slot(table, P, old)], COUNT] -= f
+                        q = _bump(P, E, table, size, new, f, w)
+                        if P[q, STAMP] != m:  # push each changed pair once, with its final count
                             P[q, STAMP] = m
-                            if nt == touched.shape[0]:
-                                touched = np.concatenate((touched, touched))
                             touched[nt] = q
                             nt += 1
-                    sym[j] = c
+                    sym[j], pos[j] = c, pos[i]
                     i += 2
                 else:
-                    sym[j] = sym[i]
+                    sym[j], pos[j] = sym[i], pos[i]
                     i += 1
                 j += 1
             wlen[w] = j - s
         P[p, COUNT] = 0
         for k in range(nt):
-            q = touched[k]
-            if P[q, COUNT] > 0:
-                heapq.heappush(heap, (-P[q, COUNT], P[q, KEY]))
-        progress[0] = len(toks)
+            if P[touched[k], COUNT] > 0:
+                _push(H, n, P[touched[k], COUNT], P[touched[k], KEY])
+                n += 1
+        progress[0] = n_made
+    return m
+
+
+def merge_loop(sym, starts, wcount, n_tokens, progress):
+    """Merge until there are `n_tokens` tokens (bytes included) or no pair is left.
+
+    sym: int32 (S,) byte ids of all words, rewritten in place; starts: int64 (W + 1,) word offsets;
+    wcount: int64 (W,) occurrences; progress: int64 (1,) set to the number of tokens made so far,
+    readable from another thread (the loop releases the GIL). Returns int64 (M, 3) merges as rows
+    (left, right, new id).
+    """
+    S = sym.shape[0]
+    rows = 3 * S + 16  # pairs, list entries and heap entries: at most S initial ones + 2 per merged occurrence
+    P, E, H = np.empty((rows, 4), np.int64), np.empty((rows, 2), np.int64), np.empty((rows, 2), np.int64)
+    orig = np.concatenate([sym, np.arange(256, dtype=sym.dtype)])  # each token's bytes are somewhere here
+    out = np.empty((S + 16, 3), np.int64)
+    m = _loop(sym, np.arange(S), orig, starts, np.diff(starts), wcount, P, E, H, np.empty((n_tokens, 5), np.int64),
+              np.full(1 << (2 * rows).bit_length(), -1, np.int64), np.full(1 << (4 * n_tokens).bit_length(), -1, np.int64),
+              np.zeros(2, np.int64), np.empty(rows, np.int64), out, progress)
     return out[:m].copy()
