@@ -65,6 +65,9 @@ def read_weights(source) -> dict:
     if isinstance(source, dict):  # torch tensors (bf16 too) or arrays
         return {k: v.detach().cpu().float().numpy() if hasattr(v, "detach") and v.is_floating_point()
                 else np.asarray(v) for k, v in source.items()}
+    if not isinstance(source, (str, pathlib.Path)):
+        raise UsageError(f"weights: expected a file path or a dict of arrays, got {type(source).__name__}"
+                         + (" (pass its .state_dict())" if hasattr(source, "state_dict") else ""))
     path = pathlib.Path(source)
     if not path.is_file():
         raise UsageError(f"{path}: no such weights file")
@@ -74,8 +77,14 @@ def read_weights(source) -> dict:
         except ImportError:
             raise UsageError(f"{path}: reading a PyTorch file needs torch installed; or convert it to "
                              "safetensors (safetensors.torch.save_file)") from None
-        return read_weights(torch.load(path, map_location="cpu", weights_only=True))
-    return {k: np.asarray(v) for k, v in load_file(str(path)).items()}  # the flax reader: bfloat16 too
+        loaded = torch.load(path, map_location="cpu", weights_only=True)
+        if not isinstance(loaded, dict):
+            raise UsageError(f"{path}: holds a {type(loaded).__name__}, not a state dict")
+        return read_weights(loaded)
+    try:
+        return {k: np.asarray(v) for k, v in load_file(str(path)).items()}  # the flax reader: bfloat16 too
+    except Exception as e:  # noqa: BLE001 - safetensors' own error types; the file is named either way
+        raise UsageError(f"{path}: not a readable safetensors file ({e})") from None
 
 
 def _fill(template, weights: dict, rename, source, ignore=()):
@@ -146,7 +155,7 @@ def load_hf_gpt2(path, dtype=jnp.float32) -> gpt.GPT:
     options = _gpt2_options(config, path / "config.json")
     index = path / "model.safetensors.index.json"
     if index.is_file():
-        files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        files = sorted(set(json.loads(index.read_text()).get("weight_map", {}).values()))
     else:
         files = [next((f for f in ("model.safetensors", "pytorch_model.bin") if (path / f).is_file()), "model.safetensors")]
     weights = {k: v for f in files for k, v in read_weights(path / f).items()}

@@ -229,8 +229,14 @@ def test_torchvision_resnet_loads_and_round_trips(name, tmp_path):
         np.testing.assert_array_equal(fresh(torch.tensor(x.transpose(0, 3, 1, 2))).numpy(), expected)
 
 
-def test_resnet_mismatches_are_one_error(key):
-    state = {k: v.numpy() for k, v in torch_resnet("resnet18").state_dict().items()}
+def test_resnet_mismatches_are_one_error(key, tmp_path):
+    ref = torch_resnet("resnet18")
+    state = {k: v.numpy() for k, v in ref.state_dict().items()}
+    with pytest.raises(UsageError, match=r"got TorchvisionResNet \(pass its .state_dict\(\)\)"):
+        interop.load_torch_resnet(ref, "resnet18")
+    (tmp_path / "junk.safetensors").write_bytes(b"not safetensors")
+    with pytest.raises(UsageError, match="junk.safetensors: not a readable safetensors file"):
+        interop.load_torch_resnet(tmp_path / "junk.safetensors", "resnet18")
     with pytest.raises(UsageError, match=r"missing keys: layer1.2.bn1.bias, .* \(and \d+ more\); unexpected keys: none"):
         interop.load_torch_resnet(state, "resnet34")
     state["layer2.0.conv1.weight"] = state["layer2.0.conv1.weight"][:, :, :1, :1]
