@@ -77,7 +77,10 @@ def read_weights(source) -> dict:
         except ImportError:
             raise UsageError(f"{path}: reading a PyTorch file needs torch installed; or convert it to "
                              "safetensors (safetensors.torch.save_file)") from None
-        loaded = torch.load(path, map_location="cpu", weights_only=True)
+        try:
+            loaded = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as e:  # noqa: BLE001 - pickle and zip errors alike; weights_only refuses code
+            raise UsageError(f"{path}: not a readable PyTorch weights file ({e})") from None
         if not isinstance(loaded, dict):
             raise UsageError(f"{path}: holds a {type(loaded).__name__}, not a state dict")
         return read_weights(loaded)
@@ -88,8 +91,8 @@ def read_weights(source) -> dict:
 
 
 def _fill(template, weights: dict, rename, source, ignore=()):
-    """`template` (a tree of ShapeDtypeStructs) filled from `weights` {peer name: array}; `rename(path)`
-    gives a leaf's (peer name, transposed?). Keys ending in `ignore` may be left over."""
+    """`template` (a tree of ShapeDtypeStructs) filled from `weights` {peer name: array}; `rename(path,
+    ndim)` gives a leaf's (peer name, transposed?). Keys ending in `ignore` may be left over."""
     paths, treedef = jax.tree_util.tree_flatten_with_path(template)
     wanted = {}
     for tree_path, leaf in paths:

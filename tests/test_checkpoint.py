@@ -187,6 +187,7 @@ def test_two_processes_write_and_read_half_each(tmp_path):
     for r in results:
         assert r["restored"] == {"same mesh": True, "1 device each": True, "2x4 mesh": True}
         assert r["written"] < 0.6 * total and r["read_same_mesh"] < 0.6 * total  # about 1/2 each
+    assert [r["writes_local"] for r in results] == [True, False]  # a process-local array: process 0's copy
     assert sorted(results[0]["files"]) == ["arrays.0.safetensors", "arrays.1.safetensors", "manifest.json"]
 
 
@@ -204,22 +205,24 @@ def sample_state():
 
 
 def place(host, shardings, mesh):
-    """Host values laid out with `shardings`, plus a replicated PRNG key."""
+    """Host values laid out with `shardings`, plus a replicated PRNG key and an array local to each process."""
     key = jax.jit(lambda: jax.random.key(7), out_shardings=jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))()
-    return {**parallel.put(host, shardings), "key": key}
+    return {**parallel.put(host, shardings), "key": key, "local": jnp.arange(6, dtype=jnp.float32) / 2}
 
 
 def templates(host, shardings=None):
     tree = {**host, "key": jax.random.key(7)}
+    local = jax.ShapeDtypeStruct((6,), jnp.float32)
     if shardings is None:
-        return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), tree)
+        return {**jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), tree), "local": local}
     shardings = {**shardings, "key": jax.sharding.NamedSharding(shardings["half"].mesh, jax.sharding.PartitionSpec())}
-    return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), tree, shardings)
+    return {**jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), tree, shardings),
+            "local": local}
 
 
 def matches(loaded, host) -> bool:
     """Every addressable shard of `loaded` equals the host values at its index."""
-    expected = {**host, "key": jax.random.key_data(jax.random.key(7))}
+    expected = {**host, "key": jax.random.key_data(jax.random.key(7)), "local": np.arange(6, dtype=np.float32) / 2}
     got = {**loaded, "key": jax.random.key_data(loaded["key"])}
     for a, h in zip(jax.tree.leaves(got), jax.tree.leaves(expected)):
         h = np.asarray(h)
@@ -281,6 +284,8 @@ def process_job(index, count, port, folder):
     sh8 = parallel.fsdp(host, mesh8)
     path = checkpoint.save(folder, 1, place(host, sh8, mesh8))
     written = (path / f"arrays.{index}.safetensors").stat().st_size
+    with checkpoint.safe_open(str(path / f"arrays.{index}.safetensors"), framework="numpy") as f:
+        writes_local = "local#0" in f.keys()
     total = sum(f.stat().st_size for f in path.glob("arrays.*.safetensors"))
     checkpoint.safe_open = reads = CountingReads(checkpoint.safe_open)
     restored = {}
@@ -291,7 +296,7 @@ def process_job(index, count, port, folder):
         restored[name] = matches(loaded, host)
         if name == "same mesh":
             read_same_mesh = reads.count - before
-    return {"written": written, "total_bytes": total, "read_same_mesh": read_same_mesh, "restored": restored,
+    return {"written": written, "writes_local": writes_local, "total_bytes": total, "read_same_mesh": read_same_mesh, "restored": restored,
             "files": sorted(p.name for p in path.iterdir())}
 
 

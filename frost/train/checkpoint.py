@@ -91,9 +91,10 @@ def _describe(leaf):
 
 
 def _shards(name: str, array, shape) -> list:
-    """[(bounds, process that writes it, its data there or None)] for each distinct shard of `array`."""
-    if not isinstance(array, jax.Array):
-        return [(tuple((0, n) for n in shape), 0, np.asarray(array))]
+    """[(bounds, process that writes it, its data there or None)] for each distinct shard of `array`.
+    Host values, and with several processes an array local to each process, are process 0's."""
+    if not isinstance(array, jax.Array) or (array.is_fully_addressable and jax.process_count() > 1):
+        return [(tuple((0, n) for n in shape), 0, array)]
     holders = {}
     for device, index in array.sharding.devices_indices_map(shape).items():
         holders.setdefault(_bounds(index, shape), []).append(device)
