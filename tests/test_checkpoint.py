@@ -188,6 +188,7 @@ def test_two_processes_write_and_read_half_each(tmp_path):
         assert r["restored"] == {"same mesh": True, "1 device each": True, "2x4 mesh": True}
         assert r["written"] < 0.6 * total and r["read_same_mesh"] < 0.6 * total  # about 1/2 each
     assert [r["writes_local"] for r in results] == [True, False]  # a process-local array: process 0's copy
+    assert results[1]["local_files"] == ["arrays.safetensors", "manifest.json"]
     assert sorted(results[0]["files"]) == ["arrays.0.safetensors", "arrays.1.safetensors", "manifest.json"]
 
 
@@ -296,7 +297,11 @@ def process_job(index, count, port, folder):
         restored[name] = matches(loaded, host)
         if name == "same mesh":
             read_same_mesh = reads.count - before
-    return {"written": written, "writes_local": writes_local, "total_bytes": total, "read_same_mesh": read_same_mesh, "restored": restored,
+    local = checkpoint.save(folder / "local", 1, {"w": jnp.arange(4.0)})  # no global array: process 0 writes it
+    from jax.experimental import multihost_utils
+    multihost_utils.sync_global_devices("local saved")
+    local_files = sorted(p.name for p in local.iterdir())
+    return {"written": written, "writes_local": writes_local, "local_files": local_files, "total_bytes": total, "read_same_mesh": read_same_mesh, "restored": restored,
             "files": sorted(p.name for p in path.iterdir())}
 
 

@@ -106,33 +106,34 @@ def _shards(name: str, array, shape) -> list:
     return out
 
 
-def _barrier(name: str) -> None:
-    if jax.process_count() > 1:
+def _barrier(name: str, count: int) -> None:
+    if count > 1:
         from jax.experimental import multihost_utils
         multihost_utils.sync_global_devices(name)
 
 
 @contextlib.contextmanager
-def _staging(final: pathlib.Path):
-    """The temporary folder every process writes into: process 0 owns it (frost.atomic.directory:
-    removed on failure, renamed to `final` on success); the others wait until it exists."""
+def _staging(final: pathlib.Path, count: int):
+    """The temporary folder the `count` writing processes write into: process 0 owns it
+    (frost.atomic.directory: removed on failure, renamed to `final` on success); the others wait
+    until it exists."""
     if jax.process_index() == 0:
         with atomic.directory(final) as tmp:
-            _barrier(f"{final} staged")
+            _barrier(f"{final} staged", count)
             yield tmp
     else:
-        _barrier(f"{final} staged")
+        _barrier(f"{final} staged", count)
         yield final.with_name(final.name + ".tmp")  # frost.atomic.directory's temporary folder
-    _barrier(f"{final} saved")
+    _barrier(f"{final} saved", count)
 
 
-def _gather_digests(tmp: pathlib.Path, digests: dict) -> dict:
+def _gather_digests(tmp: pathlib.Path, digests: dict, count: int) -> dict:
     """Every process's {key: sha256} on process 0 (through the shared folder; {} elsewhere)."""
-    me, count = jax.process_index(), jax.process_count()
+    me = jax.process_index()
     if count == 1:
         return digests
     atomic.write(tmp / f"sha256.{me}.json", json.dumps(digests))
-    _barrier(f"{tmp} written")
+    _barrier(f"{tmp} written", count)
     if me != 0:
         return {}
     out = {}
@@ -144,9 +145,15 @@ def _gather_digests(tmp: pathlib.Path, digests: dict) -> dict:
 
 def save(directory, step: int, tree, meta: dict | None = None, keep: int = 3) -> pathlib.Path:
     """Write `tree` atomically as checkpoint `step`, each process its own shards; keep the newest
-    `keep` checkpoints. Every process calls it (with the same tree structure and `step`)."""
+    `keep` checkpoints. Every process calls it (with the same tree structure and `step`). A tree
+    without global arrays (host values, or arrays local to each process, e.g. gathered state) is
+    written by process 0 alone; the other processes return at once."""
     directory = pathlib.Path(directory)
-    me, count = jax.process_index(), jax.process_count()
+    sharded = any(isinstance(x, jax.Array) and not x.is_fully_addressable for x in jax.tree.leaves(tree))
+    me, count = jax.process_index(), (jax.process_count() if sharded else 1)  # count: the writing processes
+    final = directory / f"step_{step:08d}"
+    if me >= count:
+        return final
     filename = (lambda p: "arrays.safetensors") if count == 1 else (lambda p: f"arrays.{p}.safetensors")
     entries, mine = {}, {}
     for name, leaf in _names(tree):
@@ -158,10 +165,9 @@ def save(directory, step: int, tree, meta: dict | None = None, keep: int = 3) ->
             if writer == me:
                 mine[f"{name}#{k}"] = _stored(data)
         entries[name] = {"dtype": dtype, "shape": list(shape), "sharding": _describe(leaf), "shards": shards}
-    final = directory / f"step_{step:08d}"
-    with _staging(final) as tmp:
+    with _staging(final, count) as tmp:
         atomic.write(tmp / filename(me), safetensors_bytes(mine))
-        digests = _gather_digests(tmp, {k: _sha256(v) for k, v in mine.items()})
+        digests = _gather_digests(tmp, {k: _sha256(v) for k, v in mine.items()}, count)
         if me == 0:
             for entry in entries.values():
                 for shard in entry["shards"]:
