@@ -1,6 +1,6 @@
 """Frost's byte-level BPE against HF tokenizers, SentencePiece and tiktoken, on the King James Bible.
 
-    flock /tmp/frost-bench.lock python benchmarks/bpe.py            # KJV and KJV x12 (~50 MB), vocab 4096 and 16384
+    flock /tmp/frost-bench.lock python benchmarks/bpe.py            # KJV and KJV x12 (~50 MB), vocab 4096 and 16384, 5 repeats
     flock /tmp/frost-bench.lock python benchmarks/bpe.py --quick    # KJV, vocab 4096 (smoke check)
 
 Training: Frost `train(text, V)` (counting spread over all cores); HF `BpeTrainer` on the lines with
@@ -9,9 +9,11 @@ with byte fallback (its own whitespace pre-tokenisation, so not the same work). 
 of the corpus, in a batch — Frost `encode_batch` (processes) with a fresh tokenizer each repeat, so
 its chunk cache starts cold; HF `encode_batch` (threads); SentencePiece `encode`; tiktoken
 `encode_ordinary_batch` loaded with Frost's merges (same regex; we check its ids match ours).
-Times are medians of --repeats runs (one run on the 50 MB corpus); the encode times of HF and
-SentencePiece include summing the lengths of their outputs (a few ms). Ratios are frost/peer seconds:
-below 1 means Frost is faster. A profile of Frost's single-process time follows the table.
+Times are medians of --repeats runs (a third as many on the 50 MB corpus), the libraries taking
+turns within each repeat, so that other work on the machine slows them alike; the load average is
+printed beside each row. HF's encode time includes collecting its ids into lists (a few ms).
+Ratios are frost/peer seconds: below 1 means Frost is faster. A profile of Frost's
+single-process time follows the table.
 """
 from __future__ import annotations
 
@@ -27,16 +29,6 @@ from collections import Counter
 from itertools import chain
 
 from frost.text import GPT4_PATTERN, Tokenizer, kjv_text, split_chunks, train, train_counts
-
-
-def timed(fn, repeats: int):
-    times, out = [], None
-    for _ in range(repeats):
-        out = None
-        t = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times), out
 
 
 def hf_train(lines, vocab_size):
@@ -99,60 +91,73 @@ def cpu_model() -> str:
         return platform.processor() or platform.machine()
 
 
+def interleaved(fns: dict, repeats: int) -> dict:
+    """Run each fn once per repeat, in turn (so a busy spell of the machine hits every library):
+    {name: (median seconds, last result, median load average)}."""
+    times, loads, out = {k: [] for k in fns}, {k: [] for k in fns}, {}
+    for _ in range(repeats):
+        for k, fn in fns.items():
+            out[k] = None
+            gc.collect()
+            t = time.perf_counter()
+            out[k] = fn()
+            times[k].append(time.perf_counter() - t)
+            loads[k].append(os.getloadavg()[0])
+    return {k: (statistics.median(times[k]), out[k], statistics.median(loads[k])) for k in fns}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="KJV only, vocab 4096")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--no-peers", action="store_true", help="time Frost only")
     args = parser.parse_args(argv)
     kjv = kjv_text()
     corpora = [("KJV", kjv)] + ([] if args.quick else [("KJV x12", kjv * 12)])
     vocabs = [4096] if args.quick else [4096, 16384]
-    train("warm up numba's compiled-code cache", 300)  # ~0.4 s once per process, not counted
+    train("warm up numba's compiled-code cache", 300)  # ~0.5 s once per process, not counted
     rows, notes = [], []
     for name, text in corpora:
         lines = text.splitlines(keepends=True)
+        stripped = [s.rstrip("\n") for s in lines]
         mb = len(text.encode("utf-8")) / 1e6
-        reps = args.repeats if mb < 10 else 1
+        reps = args.repeats if mb < 10 else max(1, args.repeats // 3)
         for vocab in vocabs:
-            res = {}  # library -> (train s, encode s, tokens); id lists are dropped at once so that
-            # garbage collection of millions of held lists does not slow the next measurement
-            t, tok = timed(lambda: train(text, vocab), reps)
-            te, ids = timed(lambda: Tokenizer(tok.merges, tok.special, tok.pattern).encode_batch(lines), reps)
-            res["frost"] = (t, te, sum(map(len, ids)))
+            fit = {"frost": lambda: train(text, vocab)}
+            if not args.no_peers:
+                fit.update({"HF tokenizers": lambda: hf_train(lines, vocab), "SentencePiece": lambda: sp_train(stripped, vocab)})
+            fit = interleaved(fit, reps)
+            tok = fit["frost"][1]
+            enc = {"frost": lambda: Tokenizer(tok.merges, tok.special, tok.pattern).encode_batch(lines)}
             if not args.no_peers:
                 try:
                     tk = tiktoken_from(tok)
-                    te, tids = timed(lambda: tk.encode_ordinary_batch(lines, num_threads=os.cpu_count()), reps)
-                    res["tiktoken (Frost merges)"] = (None, te, sum(map(len, tids)))
-                    same = sum(a == b for a, b in zip(tids, ids)) / len(ids)
-                    notes.append(f"{name} {vocab}: tiktoken with Frost's merges gives Frost's ids on {100 * same:.2f}% of lines")
-                    del tids
+                    enc["tiktoken (Frost merges)"] = lambda: tk.encode_ordinary_batch(lines, num_threads=os.cpu_count())
                 except Exception as e:  # report, don't hide
                     notes.append(f"{name} {vocab}: tiktoken could not load Frost's merges: {e!r}")
-                del ids
-                gc.collect()
-                t, hf = timed(lambda: hf_train(lines, vocab), reps)
-                te, n = timed(lambda: sum(len(e.ids) for e in hf.encode_batch(lines)), reps)
-                res["HF tokenizers"] = (t, te, n)
-                stripped = [s.rstrip("\n") for s in lines]
-                t, sp = timed(lambda: sp_train(stripped, vocab), reps)
-                te, n = timed(lambda: sum(map(len, sp.encode(stripped))), reps)
-                res["SentencePiece"] = (t, te, n)
-                del hf, sp, stripped
-                gc.collect()
-            ft, fe, _ = res["frost"]
-            for lib, (t, te, n_tok) in res.items():
+                hf, sp = fit["HF tokenizers"][1], fit["SentencePiece"][1]
+                enc["HF tokenizers"] = lambda: [e.ids for e in hf.encode_batch(lines)]
+                enc["SentencePiece"] = lambda: sp.encode(stripped)
+            enc = interleaved(enc, reps)
+            ids = enc["frost"][1]
+            if "tiktoken (Frost merges)" in enc:
+                same = sum(a == b for a, b in zip(enc["tiktoken (Frost merges)"][1], ids)) / len(ids)
+                notes.append(f"{name} {vocab}: tiktoken with Frost's merges gives Frost's ids on {100 * same:.2f}% of lines")
+            ft, fe = fit["frost"][0], enc["frost"][0]
+            for lib, (te, out, load) in enc.items():
+                t = fit[lib][0] if lib in fit else None
                 rows.append([name, f"{mb:.1f}", str(vocab), lib, "-" if t is None else f"{t:.2f}",
                              "-" if t is None else f"{ft / t:.2f}", f"{te:.2f}", f"{mb / te:.1f}", f"{fe / te:.2f}",
-                             f"{mb * 1e6 / n_tok:.4f}"])
+                             f"{mb * 1e6 / sum(map(len, out)):.4f}", f"{load:.1f}"])
                 print(" | ".join(rows[-1]), file=sys.stderr, flush=True)
+            del fit, enc, ids
             gc.collect()
         notes += [f"{name}: {line}" for line in profile(text, vocabs[-1])]
     head = ["corpus", "MB", "vocab", "library", "train s", "frost/peer", "encode s", "encode MB/s",
-            "frost/peer", "bytes/token"]
+            "frost/peer", "bytes/token", "load"]
     print(f"\n`flock /tmp/frost-bench.lock python benchmarks/bpe.py {' '.join(argv or sys.argv[1:])}`".rstrip())
-    print(f"{cpu_model()}, {os.cpu_count()} cores, Python {platform.python_version()}\n")
+    print(f"{cpu_model()}, {os.cpu_count()} cores, Python {platform.python_version()}; medians of {args.repeats} "
+          f"interleaved runs (KJV x12: {max(1, args.repeats // 3)}); load: the 1-minute load average during them\n")
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     for row in rows:

@@ -23,7 +23,7 @@ import re
 import sys
 import threading
 from collections import Counter
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, wait
 from itertools import chain, islice
 from multiprocessing import get_context
 from typing import Iterable, Iterator
@@ -204,12 +204,11 @@ def train(texts: Iterable[str] | str, vocab_size: int, *, pattern: str = GPT4_PA
 
 
 def _load_merge_loop():
-    """Import numba and compile or load the merge loop, by merging one tiny word."""
-    try:
+    """Import numba and compile or load the merge loop, by merging one tiny word (an error shows
+    again when train_counts runs the loop)."""
+    with contextlib.suppress(Exception):
         from .merge import merge_loop
         merge_loop(np.array([97, 98], np.int32), np.array([0, 2]), np.ones(1, np.int64), 257, np.zeros(1, np.int64))
-    except Exception:  # noqa: S110 - train_counts meets the same error and reports it
-        pass
 
 
 def train_counts(counts: dict[str, int], vocab_size: int, *, pattern: str = GPT4_PATTERN,
@@ -226,17 +225,15 @@ def train_counts(counts: dict[str, int], vocab_size: int, *, pattern: str = GPT4
     wcount = np.fromiter(counts.values(), np.int64, len(words))[keep]
     if np.any(wcount < 0):
         raise UsageError("chunk counts must be non-negative")
-    done, result = np.zeros(1, np.int64), []
-    with _bar(progress, "merging", "tok", total=n_tokens - 256) as bar:
-        if bar is None:
-            result.append(merge_loop(sym, starts, wcount, n_tokens, done))
-        else:  # the loop releases the GIL; this thread moves the bar
-            worker = threading.Thread(target=lambda: result.append(merge_loop(sym, starts, wcount, n_tokens, done)))
-            worker.start()
-            while worker.is_alive():
-                worker.join(0.1)
-                bar.update(max(0, int(done[0]) - 256 - bar.n))
-    merges = result[0]
+    done = np.zeros(1, np.int64)
+    with ThreadPoolExecutor(1) as pool, _bar(progress, "merging", "tok", total=n_tokens - 256) as bar:
+        merging = pool.submit(merge_loop, sym, starts, wcount, n_tokens, done)  # it releases the GIL
+        while bar is not None:  # this thread moves the bar
+            finished = wait([merging], 0.1).done
+            bar.update(max(0, int(done[0]) - 256 - bar.n))
+            if finished:
+                break
+    merges = merging.result()
     n_made = int(merges[:, 2].max(initial=255)) + 1
     special = {s: n_made + i for i, s in enumerate(special_tokens)}
     return Tokenizer([tuple(m) for m in merges.tolist()], special, pattern)
@@ -245,11 +242,9 @@ def train_counts(counts: dict[str, int], vocab_size: int, *, pattern: str = GPT4
 def _n_tokens(vocab_size: int, special_tokens: Iterable[str]) -> tuple[list[str], int]:
     """The special tokens (duplicates dropped) and the number of other tokens; UsageError if too few."""
     special = list(dict.fromkeys(special_tokens))
-    if "" in special:
-        raise UsageError("a special token cannot be the empty string")
-    if vocab_size < 256 + len(special):
-        raise UsageError(f"vocab_size={vocab_size} leaves no room for the 256 byte tokens and {len(special)} "
-                         f"special tokens; use at least {256 + len(special)}")
+    if "" in special or vocab_size < 256 + len(special):
+        raise UsageError(f"vocab_size={vocab_size}, special tokens {special}: special tokens must be non-empty, and "
+                         f"the vocabulary needs the 256 bytes and them: use at least {256 + len(special)}")
     return special, vocab_size - len(special)
 
 
@@ -346,20 +341,13 @@ class Tokenizer:
     def encode(self, text: str, *, special: str = "refuse") -> list[int]:
         """Text -> ids. `special` says what a special-token string in the text means:
         "refuse" (default) raises UsageError, "allow" encodes it as its special id, "text" as text."""
-        if self._special_re is None or special == "text":
-            return self.encode_ordinary(text)
-        if special == "refuse":
-            if m := self._special_re.search(text):
-                raise UsageError(f"text contains the special token {m.group()!r} at {m.start()}; pass "
-                                 "special='allow' to encode it as a special token or 'text' as plain text")
-            return self.encode_ordinary(text)
-        if special != "allow":
+        if special not in ("refuse", "allow", "text"):
             raise UsageError(f"special must be 'refuse', 'allow' or 'text', not {special!r}")
-        parts = self._special_re.split(text)  # [text, special, text, special, ..., text]
-        ids = []
-        for i, part in enumerate(parts):
-            ids += [self.special[part]] if i % 2 else self.encode_ordinary(part)
-        return ids
+        parts = [text] if self._special_re is None or special == "text" else self._special_re.split(text)
+        if special == "refuse" and len(parts) > 1:  # parts: [text, special, text, special, ..., text]
+            raise UsageError(f"text contains the special token {parts[1]!r} at {len(parts[0])}; pass special='allow' "
+                             "to encode it as a special token or 'text' as plain text")
+        return [i for k, part in enumerate(parts) for i in ([self.special[part]] if k % 2 else self.encode_ordinary(part))]
 
     def encode_iter(self, texts: Iterable[str], *, special: str = "refuse", workers: int | None = None):
         """Lazily encode many texts, in order, in `workers` processes; yields one id list per text."""
@@ -374,14 +362,18 @@ class Tokenizer:
 
     def encode_batch(self, texts: Iterable[str], *, special: str = "refuse", workers: int | None = None) -> list[list[int]]:
         """[encode(t) for t in texts], spread over `workers` processes (default: all cores)."""
-        with _gc_paused():  # a million new ints in lists would otherwise set off many full GC passes
+        enabled = gc.isenabled()
+        gc.disable()  # a million new ints in lists would otherwise set off many full GC passes
+        try:
             return list(self.encode_iter(texts, special=special, workers=workers))
+        finally:
+            if enabled:
+                gc.enable()
 
     def decode_bytes(self, ids: Iterable[int]) -> bytes:
-        ids = ids.tolist() if isinstance(ids, np.ndarray) else list(ids)
+        ids = list(ids)
         if ids and not 0 <= min(ids) <= max(ids) < len(self._decode):
-            bad = next(i for i in ids if not 0 <= i < len(self._decode))
-            raise UsageError(f"token id {bad} is out of range: this tokenizer has ids 0..{len(self._decode) - 1}")
+            raise UsageError(f"token ids {min(ids)}..{max(ids)} are out of range: this tokenizer's are 0..{len(self._decode) - 1}")
         return b"".join(map(self._decode.__getitem__, ids))
 
     def decode(self, ids: Iterable[int], errors: str = "replace") -> str:
@@ -406,14 +398,3 @@ def _flat(lists: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
     """Id lists as (all ids, lengths): arrays cross process boundaries ~10x faster than lists."""
     lengths = np.fromiter(map(len, lists), np.int64, len(lists))
     return np.fromiter(chain.from_iterable(lists), np.int64, int(lengths.sum())), lengths
-
-
-@contextlib.contextmanager
-def _gc_paused():
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()

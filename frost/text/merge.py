@@ -62,23 +62,15 @@ def _slot(table, rows, key):
 
 
 @_jit
-def _push(H, n, count, key):
-    """Add (count, key) to the heap H[:n], whose top is the highest count (then the smallest key)."""
-    i = n
-    while i > 0 and (H[(i - 1) // 2, 0] < count or (H[(i - 1) // 2, 0] == count and H[(i - 1) // 2, 1] > key)):
-        H[i, 0], H[i, 1] = H[(i - 1) // 2, 0], H[(i - 1) // 2, 1]
-        i = (i - 1) // 2
-    H[i, 0], H[i, 1] = count, key
-
-
-@_jit
-def _pop(H, n):
-    """Remove the top of the heap H[:n]: the last row sifts down from the top."""
-    count, key, i, n = H[n - 1, 0], H[n - 1, 1], 0, n - 1
+def _sift(H, n, i, count, key):
+    """Put (count, key) at row i of the heap H[:n] (top: the highest count, then the smallest key),
+    moving it up past lesser parents, then down past greater children. Push: i = n - 1; pop: i = 0."""
+    while i > 0 and (H[(i - 1) >> 1, 0] < count or (H[(i - 1) >> 1, 0] == count and H[(i - 1) >> 1, 1] > key)):
+        H[i, 0], H[i, 1] = H[(i - 1) >> 1, 0], H[(i - 1) >> 1, 1]
+        i = (i - 1) >> 1
     while 2 * i + 1 < n:
-        c = 2 * i + 1  # the larger child
-        if c + 1 < n and (H[c + 1, 0] > H[c, 0] or (H[c + 1, 0] == H[c, 0] and H[c + 1, 1] < H[c, 1])):
-            c += 1
+        c = 2 * i + 1  # the greater child
+        c += c + 1 < n and (H[c + 1, 0] > H[c, 0] or (H[c + 1, 0] == H[c, 0] and H[c + 1, 1] < H[c, 1]))
         if count > H[c, 0] or (count == H[c, 0] and key < H[c, 1]):
             break
         H[i, 0], H[i, 1] = H[c, 0], H[c, 1]
@@ -114,30 +106,28 @@ def _loop(sym, pos, orig, starts, wlen, wcount, P, E, H, T, table, byhash, size,
             _bump(P, E, table, size, (np.int64(sym[i]) << 32) | sym[i + 1], wcount[w], w)
     n = size[0]
     for p in range(n):
-        _push(H, p, P[p, COUNT], P[p, KEY])
+        _sift(H, p + 1, p, P[p, COUNT], P[p, KEY])
     m, n_made = 0, 256
     while n_made < T.shape[0] and n > 0:
         cnt, key = H[0, 0], H[0, 1]
-        _pop(H, n)
         n -= 1
+        _sift(H, n, 0, H[n, 0], H[n, 1])  # pop
         p = table[_slot(table, P, key)]
         if cnt != P[p, COUNT]:  # stale entry: counts only fall, so re-push the true count
             if P[p, COUNT] > 0:
-                _push(H, n, P[p, COUNT], key)
                 n += 1
+                _sift(H, n, n - 1, P[p, COUNT], key)
             continue
         a, b = key >> 32, key & 0xFFFFFFFF
         la, lb = T[a, LEN], T[b, LEN]
         h = T[a, HASH] * T[b, POW] + T[b, HASH]  # the hash of bytes(a) + bytes(b), wrapping
         s = _slot(byhash, T, h)
         c = byhash[s]
-        while c >= 0:  # a token with this hash: does it have these bytes?
+        while c >= 0:  # a token with this hash: has it these bytes?
             k = 0
-            if T[c, LEN] == la + lb:
-                while k < la and orig[T[c, POS] + k] == orig[T[a, POS] + k]:
-                    k += 1
-                while la <= k < la + lb and orig[T[c, POS] + k] == orig[T[b, POS] + k - la]:
-                    k += 1
+            while T[c, LEN] == la + lb > k and orig[T[c, POS] + k] == (
+                    orig[T[a, POS] + k] if k < la else orig[T[b, POS] + k - la]):
+                k += 1
             if k == la + lb:
                 break
             c = T[c, SAME]
@@ -182,8 +172,8 @@ def _loop(sym, pos, orig, starts, wlen, wcount, P, E, H, T, table, byhash, size,
         P[p, COUNT] = 0
         for k in range(nt):
             if P[touched[k], COUNT] > 0:
-                _push(H, n, P[touched[k], COUNT], P[touched[k], KEY])
                 n += 1
+                _sift(H, n, n - 1, P[touched[k], COUNT], P[touched[k], KEY])
         progress[0] = n_made
     return m
 
