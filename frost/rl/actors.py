@@ -1,0 +1,178 @@
+"""Sebulba (Hessel et al. 2021, arXiv 2104.06272; Cleanba, Huang et al. 2023, arXiv 2310.00036):
+host environments (gymnasium's, or any object with gymnasium's `reset(seed=)` / `step(action)`)
+stepped by actor processes that feed a jitted learner.
+
+    with Actors(functools.partial(gymnasium.make, "CartPole-v1"), num_envs=8, steps=128, actors=2) as pool:
+        pool.submit(policy_net, version=0)    # each actor acts one rollout with these parameters
+        rollout, versions = pool.collect()    # (T, B) arrays of all actors' envs, in actor order
+
+How it works
+- frost.data's worker machinery (frost/data/loader.py: spawned processes, shared-memory slots,
+  small messages on pipes, process sentinels) runs `_act` in each actor process. Of the B envs,
+  actor w steps envs w*b .. (w+1)*b - 1 (b = B / actors); it owns `depth` slots, each one
+  rollout of shared memory.
+- `submit` sends each actor a task (slot, rollout index, version, parameters). The actor acts T
+  steps, its policy inference batched over its envs on the host CPU, writes the rollout into the
+  slot and answers (slot, version, traceback). Only `depth` tasks per actor are in flight: the
+  slots are the bounded queue between actors and learner.
+- Env i is seeded `seed + i` and its action keys derive from (seed, rollout, step, i), so a
+  rollout is the same whichever actor steps env i: the data do not depend on the actor count.
+- `collect` waits for the next rollout of every actor in order (deterministic) or takes the first
+  `actors` to arrive, copies them out and frees their slots. An exception in an env reaches it
+  as a WorkerError carrying the actor's traceback; a killed actor is seen at once through its
+  process sentinel and raised; `close` stops and joins every actor.
+"""
+from __future__ import annotations
+
+import collections
+import os
+import pickle
+import traceback
+
+import numpy as np
+
+from frost.data.loader import WorkerError, _Layout, _Processes
+
+FIELDS = ("obs", "action", "logp", "reward", "done", "ret")
+
+
+def rollout_arrays(obs, steps: int, envs: int) -> dict:
+    """Empty arrays of a rollout of `envs` envs whose observations look like `obs`; `ret` holds
+    an episode's return at the step it ended."""
+    shape = (steps, envs)
+    return {"obs": np.zeros((steps + 1, envs, *np.shape(obs)), np.float32), "action": np.zeros(shape, np.int32),
+            "logp": np.zeros(shape, np.float32), "reward": np.zeros(shape, np.float32),
+            "done": np.zeros(shape, bool), "ret": np.zeros(shape, np.float32)}
+
+
+def _act(recv, send, slots, blob):
+    """An actor process's loop (run by frost.data.loader._worker_main)."""
+    os.environ["JAX_PLATFORMS"] = "cpu"  # actors infer on the host; an accelerator is the learner's
+    import jax
+    make_env, act, num_envs, b, steps, seed, deterministic = pickle.loads(blob)  # after the line above: imports JAX
+
+    @jax.jit
+    def policy(net, obs, k, t, ids):  # the keys of (seed, rollout k, step t, env i)
+        key = jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), k), t)
+        return act(net, obs, jax.vmap(jax.random.fold_in, (None, 0))(key, ids))
+    envs = None
+    while (task := recv()) is not None:
+        w, slot, k, version, net = task
+        try:
+            if envs is None:
+                mine = slice(w * b, (w + 1) * b)
+                # Deterministic: the policy sees all num_envs rows (its own filled), so that each row's
+                # numbers are the same for any actor count (XLA's CPU dot rounds by batch size).
+                ids = np.arange(num_envs) if deterministic else np.arange(num_envs)[mine]
+                envs = [make_env() for _ in range(b)]
+                obs = np.stack([env.reset(seed=seed + i)[0] for i, env in enumerate(envs, w * b)]).astype(np.float32)
+                rows = np.zeros((len(ids), *obs.shape[1:]), np.float32)
+                own = mine if deterministic else slice(None)
+                running = np.zeros(b, np.float32)
+            out = dict(zip(FIELDS, (x[0] for x in slots[slot])))
+            for t in range(steps):
+                rows[own] = obs
+                action, logp = (np.asarray(x)[own] for x in policy(net, rows, k, t, ids))
+                out["obs"][t], out["action"][t], out["logp"][t] = obs, action, logp
+                for i, env in enumerate(envs):
+                    o, r, terminated, truncated, _ = env.step(int(action[i]))
+                    running[i] += r
+                    out["reward"][t, i], out["done"][t, i], out["ret"][t, i] = r, terminated or truncated, running[i]
+                    if terminated or truncated:
+                        o, running[i] = env.reset()[0], 0.0
+                    obs[i] = o
+            out["ret"] *= out["done"]
+            out["obs"][steps] = obs
+            send((slot, version, None))
+        except Exception:
+            send((slot, version, traceback.format_exc()))
+
+
+class Actors:
+    """`actors` processes stepping `num_envs` host envs `make_env()` (a picklable callable) in all,
+    acting with `act(policy_net, obs (b, ...), keys (b,)) -> (action, logp)` (frost.rl.ppo.act)."""
+
+    def __init__(self, make_env, num_envs: int, steps: int, actors: int = 2, seed: int = 0,
+                 deterministic: bool = True, act=None, depth: int = 2):
+        if actors < 1 or num_envs % actors:
+            raise ValueError(f"num_envs {num_envs} must be a positive multiple of actors {actors}")
+        if act is None:
+            from frost.rl.ppo import act
+        probe = make_env()
+        obs = np.asarray(probe.reset(seed=seed)[0])
+        self.observation_shape, self.num_actions = obs.shape, int(probe.action_space.n)
+        getattr(probe, "close", lambda: None)()
+        try:
+            blob = pickle.dumps((make_env, act, num_envs, num_envs // actors, steps, seed, deterministic))
+        except Exception as e:
+            e.add_note("frost.rl: the env factory is pickled for the actor processes: use a module-level "
+                       "function or functools.partial, not a lambda")
+            raise
+        self.layout = _Layout(rollout_arrays(obs, steps, num_envs // actors), 1)
+        self.actors, self.depth, self.deterministic = actors, depth, deterministic
+        self.pool = _Processes(actors, _act, (blob,), self.layout, actors * depth, None, role="actor")
+        self.free = [collections.deque(range(w * depth, (w + 1) * depth)) for w in range(actors)]
+        self.sent = [0] * actors  # rollouts asked of each actor
+        self.arrived = collections.deque()  # (actor, slot, version) of rollouts ready, in arrival order
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.pool.procs]
+
+    def submit(self, policy_net, version: int) -> None:
+        """Hand every free slot to its actor for a rollout acted with `policy_net` (parameters `version`)."""
+        import jax
+        net = jax.tree.map(np.asarray, policy_net)
+        for w, free in enumerate(self.free):
+            while free:
+                self.pool.submit(w, (w, free.popleft(), self.sent[w], version, net))
+                self.sent[w] += 1
+
+    def _picked(self):
+        if not self.deterministic:
+            return list(self.arrived)[:self.actors] if len(self.arrived) >= self.actors else None
+        first = {}
+        for a in self.arrived:  # each actor's oldest ready rollout
+            first.setdefault(a[0], a)
+        return [first[w] for w in range(self.actors)] if len(first) == self.actors else None
+
+    def collect(self):
+        """The next rollout of every actor (deterministic) or the first `actors` to arrive, joined
+        along the env axis: (dict of (T, B) arrays, acting versions (actors,))."""
+        while (picked := self._picked()) is None:
+            for w, (slot, version, trace) in self.pool.wait():
+                if trace is not None:
+                    raise WorkerError(f"actor {w} failed; its traceback:\n{trace}", traceback=trace)
+                self.arrived.append((w, slot, version))
+        parts = [self.layout.pack([x[0] for x in self.pool.slots[slot]]) for _, slot, _ in picked]
+        rollout = {k: np.concatenate([p[k] for p in parts], axis=1) for k in FIELDS}  # copies out of the slots
+        for w, slot, version in picked:
+            self.arrived.remove((w, slot, version))
+            self.free[w].append(slot)
+        return rollout, np.array([version for _, _, version in picked])
+
+    def close(self):
+        self.pool.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def evaluate(make_env, policy, episodes: int = 100, seed: int = 0, max_steps: int = 100_000) -> float:
+    """Mean return of the first episode of `episodes` host envs under `policy(obs (N, ...)) ->
+    actions (N,)`, batched over the envs (seeded from `seed + 10**6`, apart from training's)."""
+    envs = [make_env() for _ in range(episodes)]
+    obs = np.stack([env.reset(seed=seed + 10**6 + i)[0] for i, env in enumerate(envs)]).astype(np.float32)
+    total, alive = np.zeros(episodes), np.ones(episodes, bool)
+    for _ in range(max_steps):
+        if not alive.any():
+            break
+        action = np.asarray(policy(obs))
+        for i in np.flatnonzero(alive):
+            obs[i], r, terminated, truncated, _ = envs[i].step(int(action[i]))
+            total[i] += r
+            alive[i] = not (terminated or truncated)
+    return float(total.mean())

@@ -1,0 +1,95 @@
+"""The Anakin driver (Hessel et al. 2021, "Podracer architectures for scalable reinforcement
+learning", arXiv 2104.06272): an agent whose environments are jnp functions trains as one compiled
+program; seeds are a `vmap` axis, sharded over the devices with frost.parallel.
+
+    init(key) -> runner                          # one seed's whole training state (a PyTree)
+    iteration(runner, _) -> (runner, metrics)    # act, step the envs, learn: one lax.scan body
+    runner = run(init, iteration, seeds=[0, 1, 2, 3, 4], iterations=244, on_chunk=log)
+
+`run` compiles `chunk` iterations of every seed into one call and makes as many calls as needed,
+so the host sees progress (metrics, a progress bar) between calls while the device never waits
+for it within one. Every leaf of the runner and of the metrics has the seed axis first.
+"""
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from frost import nn, parallel
+
+
+def orthogonal(a, scale: float):
+    """The orthogonal matrix of a's QR decomposition, signs fixed, times `scale` (Saxe et al. 2014;
+    jax.nn.initializers.orthogonal given a's normal draws)."""
+    wide = a.shape[0] < a.shape[1]
+    q, r = jnp.linalg.qr(a.T if wide else a)
+    q = q * jnp.sign(jnp.diagonal(r))[None, :]
+    return scale * (q.T if wide else q)
+
+
+def mlp(obs_shape, n_out: int, hidden: int, activation, out_scale: float, *, key) -> nn.Sequential:
+    """obs (N, *obs_shape) -> (N, n_out): flatten, two hidden layers, a linear head; orthogonal
+    weights (gain sqrt 2, the head's `out_scale`) and zero biases, as CleanRL's and PureJaxRL's
+    networks. All weights come from one normal draw: XLA's CPU compiler takes about a second for
+    each distinct random shape in a program."""
+    sizes = [(math.prod(obs_shape), hidden), (hidden, hidden), (hidden, n_out)]
+    z = jax.random.normal(key, (sum(a * b for a, b in sizes),))
+    layers, start = [], 0
+    for i, (a, b) in enumerate(sizes):
+        weight = orthogonal(z[start:start + a * b].reshape(a, b), out_scale if i == 2 else math.sqrt(2))
+        layers += [nn.Linear(a, b, key=key).replace(weight=weight, bias=jnp.zeros(b)), activation]
+        start += a * b
+    return nn.Sequential(nn.Flatten(), *layers[:-1])
+
+
+def episode_metrics(reward, done, running, last):
+    """Track returns across rollouts: running (B,) sums of this episode so far, last () the mean
+    return of the latest episodes to finish. Returns (running, last, finished episodes)."""
+    def step(carry, x):
+        running, total, count = carry
+        r, d = x
+        running = running + r
+        return (jnp.where(d, 0.0, running), total + jnp.where(d, running, 0.0).sum(), count + d.sum()), None
+    (running, total, count), _ = lax.scan(step, (running, jnp.zeros(()), jnp.zeros((), jnp.int32)), (reward, done))
+    return running, jnp.where(count > 0, total / jnp.maximum(count, 1).astype(jnp.float32), last), count
+
+
+def chunk_size(iterations: int, calls: int = 20) -> int:
+    """The largest divisor of `iterations` that is at most iterations / calls (at least 1)."""
+    return max(d for d in range(1, max(iterations // calls, 1) + 1) if iterations % d == 0)
+
+
+def run(init, iteration, seeds, iterations: int, on_chunk=None, chunk: int | None = None):
+    """Train one runner per seed for `iterations` iterations; `on_chunk(runner, metrics, done)`
+    after each call, with metrics (seeds, chunk, ...) and `done` iterations so far."""
+    chunk = chunk or chunk_size(iterations)
+    devices = jax.devices()[:math.gcd(len(seeds), jax.device_count())]
+    seeded = NamedSharding(parallel.make_mesh(data=len(devices), devices=devices), P("data"))
+    keys = jax.device_put(jax.vmap(jax.random.key)(jnp.asarray(seeds, jnp.uint32)), seeded)
+    runner = jax.jit(jax.vmap(init), out_shardings=seeded)(keys)
+    step = jax.jit(jax.vmap(lambda r: lax.scan(iteration, r, None, chunk)), in_shardings=seeded,
+                   out_shardings=seeded, donate_argnums=0)
+    for done in range(chunk, iterations + 1, chunk):
+        runner, metrics = step(runner)
+        if on_chunk is not None:
+            on_chunk(runner, metrics, done)
+    return runner
+
+
+def evaluate(env, policy, key, episodes: int = 100):
+    """Mean return of the first episode of `episodes` environments under `policy(obs (N, ...)) ->
+    actions (N,)`, each episode cut at `env.eval_steps` steps."""
+    reset_key, run_key = jax.random.split(key)
+    obs, state = jax.vmap(env.reset)(jax.random.split(reset_key, episodes))
+
+    def body(carry, key):
+        obs, state, total, alive = carry
+        obs, state, reward, done, _ = jax.vmap(env.step)(jax.random.split(key, episodes), state, policy(obs))
+        return (obs, state, total + jnp.where(alive, reward, 0.0), alive & ~done), None
+    carry = (obs, state, jnp.zeros(episodes), jnp.ones(episodes, bool))
+    (_, _, total, _), _ = lax.scan(body, carry, jax.random.split(run_key, env.eval_steps))
+    return total.mean()

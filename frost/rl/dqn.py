@@ -1,0 +1,121 @@
+"""DQN (Mnih et al. 2015, "Human-level control through deep reinforcement learning") with double-Q
+targets (van Hasselt et al. 2016, arXiv 1509.06461), Anakin style as PureJaxRL's dqn.py: the
+replay buffer is a ring of device arrays inside the runner, and one iteration steps B vmapped
+environments epsilon-greedily, writes their B transitions, and takes one gradient step on a
+uniformly sampled minibatch (once the buffer holds `learning_starts` transitions); every
+`target_every` env steps the target network becomes a copy of the online one.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from frost import nn, optim
+from frost.rl.anakin import episode_metrics, mlp
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    num_envs: int = 8
+    total_steps: int = 50_000
+    buffer_size: int = 10_000
+    batch_size: int = 64
+    lr: float = 5e-4
+    gamma: float = 0.99
+    eps_start: float = 1.0
+    eps_end: float = 0.05
+    eps_fraction: float = 0.5  # of total_steps, to fall from eps_start to eps_end
+    target_every: int = 500  # env steps
+    learning_starts: int = 1_000
+    hidden: int = 64
+    double: bool = True
+
+    @property
+    def updates(self) -> int:  # iterations of frost.rl.anakin.run
+        return max(self.total_steps // self.num_envs, 1)
+
+
+def q_network(obs_shape, num_actions: int, hidden: int, *, key) -> nn.Sequential:
+    return mlp(obs_shape, num_actions, hidden, nn.ReLU(), 1.0, key=key)
+
+
+def greedy(model):
+    return lambda obs: jnp.argmax(model(obs), -1).astype(jnp.int32)
+
+
+def targets(q_next_online, q_next_target, reward, done, gamma: float, double: bool = True):
+    """TD targets (N,): r + gamma (1 - d) Q_target(s', a'), with a' = argmax Q_online(s', .)
+    (double Q-learning) or argmax Q_target(s', .) (DQN)."""
+    best = jnp.argmax(q_next_online if double else q_next_target, -1)
+    q_next = jnp.take_along_axis(q_next_target, best[:, None], 1)[:, 0]
+    return reward + gamma * (1.0 - done.astype(jnp.float32)) * q_next
+
+
+def loss(model, target, batch, cfg: Config):
+    """Huber loss (delta 1) between Q(s, a) and the (constant) TD target of a minibatch."""
+    q = model(batch["obs"])  # (N, A)
+    q_taken = jnp.take_along_axis(q, batch["action"][:, None], 1)[:, 0]
+    y = targets(model(batch["next_obs"]), target(batch["next_obs"]), batch["reward"], batch["done"], cfg.gamma,
+                cfg.double)
+    err = q_taken - jax.lax.stop_gradient(y)
+    huber = jnp.where(jnp.abs(err) < 1.0, 0.5 * err ** 2, jnp.abs(err) - 0.5)
+    return huber.mean(), {"loss": huber.mean(), "q": q_taken.mean()}
+
+
+def epsilon(step, cfg: Config):
+    frac = jnp.clip(step / (cfg.eps_fraction * cfg.total_steps), 0.0, 1.0)
+    return cfg.eps_start + frac * (cfg.eps_end - cfg.eps_start)
+
+
+class Runner(NamedTuple):
+    model: nn.Sequential
+    target: nn.Sequential
+    opt_state: tuple
+    buffer: dict  # obs, action, reward, done, next_obs: (buffer_size, ...)
+    obs: jax.Array  # (B, *obs_shape)
+    env_state: tuple
+    running: jax.Array
+    last_return: jax.Array
+    key: jax.Array
+    t: jax.Array  # iterations done
+
+
+def anakin(env, cfg: Config):
+    """(init, iteration) for frost.rl.anakin.run; `cfg.updates` iterations make the run."""
+    opt, B, cap = optim.adam(cfg.lr), cfg.num_envs, cfg.buffer_size
+
+    def init(key):
+        k_model, k_env, key = jax.random.split(key, 3)
+        model = q_network(env.observation_shape, env.num_actions, cfg.hidden, key=k_model)
+        obs, state = jax.vmap(env.reset)(jax.random.split(k_env, B))
+        shapes = {"obs": (obs.shape[1:], jnp.float32), "action": ((), jnp.int32), "reward": ((), jnp.float32),
+                  "done": ((), bool), "next_obs": (obs.shape[1:], jnp.float32)}
+        buffer = {k: jnp.zeros((cap, *shape), dtype) for k, (shape, dtype) in shapes.items()}
+        return Runner(model, model, opt.init(model), buffer, obs, state, jnp.zeros(B), jnp.zeros(()), key,
+                      jnp.zeros((), jnp.int32))
+
+    def iteration(r: Runner, _):
+        key, k_explore, k_random, k_env, k_batch = jax.random.split(r.key, 5)
+        explore = jax.random.uniform(k_explore, (B,)) < epsilon(r.t * B, cfg)
+        action = jnp.where(explore, jax.random.randint(k_random, (B,), 0, env.num_actions, jnp.int32),
+                           greedy(r.model)(r.obs))
+        obs, state, reward, done, _ = jax.vmap(env.step)(jax.random.split(k_env, B), r.env_state, action)
+        rows = (r.t * B + jnp.arange(B)) % cap  # the ring's next B rows
+        new = {"obs": r.obs, "action": action, "reward": reward, "done": done, "next_obs": obs}
+        buffer = {k: r.buffer[k].at[rows].set(new[k]) for k in new}
+        steps = (r.t + 1) * B
+        picks = jax.random.randint(k_batch, (cfg.batch_size,), 0, jnp.minimum(steps, cap))
+        grads, metrics = jax.grad(loss, has_aux=True)(r.model, r.target, {k: v[picks] for k, v in buffer.items()}, cfg)
+        updates, opt_state = opt.update(grads, r.opt_state, r.model)
+        learn = steps >= cfg.learning_starts
+        keep = lambda a, b: jax.tree.map(lambda x, y: jnp.where(learn, x, y), a, b)  # noqa: E731
+        model, opt_state = keep(optim.apply_updates(r.model, updates), r.model), keep(opt_state, r.opt_state)
+        copy = steps % cfg.target_every < B
+        target = jax.tree.map(lambda m, t: jnp.where(copy, m, t), model, r.target)
+        running, last, episodes = episode_metrics(reward[None], done[None], r.running, r.last_return)
+        r = Runner(model, target, opt_state, buffer, obs, state, running, last, key, r.t + 1)
+        return r, dict(metrics, **{"return": last, "episodes": episodes, "epsilon": epsilon(r.t * B, cfg)})
+    return init, iteration
