@@ -195,7 +195,7 @@ def child(args):
     import jax
     import numpy as np
     from jax.experimental import multihost_utils
-    from safetensors.numpy import load_file, save
+    from safetensors.numpy import load, save
 
     from frost import atomic, optim, parallel
     from frost.models import gpt
@@ -231,11 +231,33 @@ def child(args):
             atomic.write(os.path.join(path, "arrays.safetensors"), blob)
             atomic.write(os.path.join(path, "manifest.json"), json.dumps({"sha256": hashlib.sha256(blob).hexdigest()}))
 
-    def gather_load(path):
-        arrays = load_file(os.path.join(path, "arrays.safetensors"))
+    def gather_load(path):  # as format 1 did: the whole file, its SHA-256 checked, on every process
+        with open(os.path.join(path, "arrays.safetensors"), "rb") as f:
+            blob = f.read()
+        with open(os.path.join(path, "manifest.json")) as f:
+            assert hashlib.sha256(blob).hexdigest() == json.load(f)["sha256"]
+        arrays = load(blob)
         tree = jax.tree.unflatten(jax.tree.structure(host), [arrays[n] for n in names])
         return parallel.put(tree, sharding)
 
+    opened, read = checkpoint.safe_open, [0]
+
+    class Counted:  # checkpoint.safe_open, counting the bytes of the tensors read
+        def __init__(self, *args, **kwargs):
+            self.inner = opened(*args, **kwargs)
+
+        def __enter__(self):
+            self.handle = self.inner.__enter__()
+            return self
+
+        def __exit__(self, *exc):
+            return self.inner.__exit__(*exc)
+
+        def get_tensor(self, key):
+            array = self.handle.get_tensor(key)
+            read[0] += array.nbytes
+            return array
+    checkpoint.safe_open = Counted
     result = {k: [] for k in ("sharded_save", "sharded_load", "gather_save", "gather_load")}
     for r in range(args.repeats):
         sharded, gathered = os.path.join(folder, f"sharded{r}"), os.path.join(folder, f"gather{r}")
@@ -248,6 +270,8 @@ def child(args):
     result.update({k: statistics.median(v) for k, v in result.items()})
     result["sharded_written"] = os.path.getsize(os.path.join(step, own)) + (
         os.path.getsize(os.path.join(step, "manifest.json")) if index == 0 else 0)
+    result["sharded_read"] = read[0] // args.repeats
+    result["gather_read"] = os.path.getsize(os.path.join(folder, "gather0", "arrays.safetensors"))
     result["gather_written"] = os.path.getsize(os.path.join(folder, "gather0", "arrays.safetensors")) if index == 0 else 0
     result["total"] = total
     print(json.dumps(result), flush=True)
@@ -279,7 +303,8 @@ def checkpoint_part(args) -> str:
             shutil.rmtree(folder, ignore_errors=True)
         if any(p.returncode for p in procs):
             err = next(e for p, (_, e) in zip(procs, outs) if p.returncode)
-            rows.append(f"| {n} | failed: {one_line(err.strip().splitlines()[-1] if err.strip() else 'no output')} | | | | | | | |")
+            rows.append(f"| {n} | failed: {one_line(err.strip().splitlines()[-1] if err.strip() else 'no output')} |"
+                        + " |" * 9)
             continue
         res = [json.loads(o.strip().splitlines()[-1]) for o, _ in outs]
         worst = {k: max(r[k] for r in res) for k in res[0]}
@@ -287,11 +312,13 @@ def checkpoint_part(args) -> str:
         rows.append(f"| {n} | {worst['total'] * mb:.1f} | {worst['sharded_save']:.2f} | {worst['gather_save']:.2f} | "
                     f"{worst['sharded_written'] * mb:.1f} | {worst['gather_written'] * mb:.1f} | "
                     f"{worst['sharded_load']:.2f} | {worst['gather_load']:.2f} | "
+                    f"{worst['sharded_read'] * mb:.1f} | {worst['gather_read'] * mb:.1f} | "
                     f"{worst['gather_save'] / worst['sharded_save']:.2f} |")
     vocab, dim, depth = args.ckpt
     head = ["| processes | state MB | sharded save s | gather save s | sharded MB written (max/process) | "
-            "gather MB written (max/process) | sharded restore s | gather restore s | gather/sharded save |",
-            "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+            "gather MB written (max/process) | sharded restore s | gather restore s | sharded MB read (max/process) | "
+            "gather MB read (max/process) | gather/sharded save |",
+            "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     return "\n".join(head + rows) + (f"\n\nstate: GPT vocab {vocab}, dim {dim}, depth {depth} + AdamW moments, "
                                      f"float32; FSDP over N processes x 1 CPU device; medians of {args.repeats}")
 
