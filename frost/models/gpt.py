@@ -6,7 +6,7 @@ rotary (Su et al. 2021, RoFormer) positions, weight tying, and generation with a
     out = generate(model, prompt, 100, key=key, temperature=0.8, top_k=50)
 
 Initialisation is GPT-2's (as nanoGPT and transformers' GPT2 do it): embeddings, positions and
-every weight N(0, 0.02); the two residual projections of each block (attention `proj`, MLP `out`)
+every Linear weight N(0, 0.02); the two residual projections of each block (attention `proj`, MLP `out`)
 N(0, 0.02 / sqrt(2 * depth)), since 2 * depth of them add into the residual stream; biases zero.
 `gelu_approximate=True` (the tanh GELU) and `eps` (LayerNorm) match a GPT-2 checkpoint's
 `gelu_new` and `layer_norm_epsilon` (frost.interop.load_hf_gpt2); the defaults, exact GELU and
