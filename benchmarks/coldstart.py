@@ -6,7 +6,7 @@ install) and warm, beside the peers' commands on the same text.
 
 cold: a fresh copy of the frost package (no __pycache__: no bytecode, no numba cache beside
 merge.py) run with fresh NUMBA_CACHE_DIR and FROST_CACHE (frost train's JAX compilation cache,
-also given as JAX_COMPILATION_CACHE_DIR) folders. warm: the same command again, caches kept. For
+also given as JAX_COMPILATION_CACHE_DIR) folders; each command gets its own copy. warm: the same command again, caches kept. For
 the training commands, "warm, no JAX cache" keeps Python's and numba's caches but starts with an
 empty JAX cache: warm minus it is what the persistent compilation cache saves. Peers run as fresh
 processes (they keep no caches, so each run is a cold one): HF tokenizers' BpeTrainer with the
@@ -67,26 +67,28 @@ np.asarray([i for ids in sp.encode(lines) for i in ids], np.uint16).tofile(sys.a
 
 
 class Sandbox:
-    """A fresh copy of the frost package and fresh cache folders: a first run after install."""
+    """A fresh copy of a frost package folder and fresh cache folders: a first run after install."""
 
-    def __init__(self, root: pathlib.Path, name: str):
-        self.dir = root / name
-        shutil.copytree(pathlib.Path(frost.__file__).parent, self.dir / "frost",
-                        ignore=shutil.ignore_patterns("__pycache__"))
+    def __init__(self, source: pathlib.Path, root: pathlib.Path, name: str):
+        self.dir = pathlib.Path(tempfile.mkdtemp(dir=root, prefix=f"{name}-"))
+        shutil.copytree(source, self.dir / "frost", ignore=shutil.ignore_patterns("__pycache__"))
         self.fresh_jax_cache()
 
     def fresh_jax_cache(self):
         self.jax = tempfile.mkdtemp(dir=self.dir, prefix="jax-")
 
     def env(self) -> dict:
-        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}  # a user's Python writes bytecode
+        """The environment: a user's (Python writes bytecode), with this copy first and these caches."""
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
         return {**env, "PYTHONPATH": str(self.dir), "NUMBA_CACHE_DIR": str(self.dir / "numba"),
                 "FROST_CACHE": self.jax, "JAX_COMPILATION_CACHE_DIR": self.jax}
 
 
-def run(argv: list[str], env: dict | None = None, cwd=None) -> float:
+def run(argv: list[str], box: Sandbox | None = None) -> float:
+    """Seconds `argv` takes, run in `box` (its folder is the working directory, so that `python -m
+    frost.cli` imports its copy, and its environment), else here."""
     start = time.perf_counter()
-    done = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True)
+    done = subprocess.run(argv, env=box and box.env(), cwd=box and box.dir, capture_output=True, text=True)
     seconds = time.perf_counter() - start
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(argv)} failed ({done.returncode}):\n{done.stderr[-3000:]}")
@@ -102,7 +104,12 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="--help and the tokenizer commands only")
     parser.add_argument("--repeats", type=int, default=None, help="default 3 (2 with --quick); train commands 1")
     parser.add_argument("--vocab-size", type=int, default=8192)
+    parser.add_argument("--frost", action="append", metavar="LABEL=FOLDER", default=[],
+                        help="a frost package folder to copy, under a label (repeatable; default: frost=the one "
+                             "imported here); e.g. before=/tmp/old/frost for interleaved before/after numbers")
     args = parser.parse_args(argv)
+    versions = dict(v.split("=", 1) for v in args.frost) or {"frost": pathlib.Path(frost.__file__).parent}
+    first = next(iter(versions))
     reps = args.repeats or (2 if args.quick else 3)
     root = pathlib.Path(tempfile.mkdtemp(prefix="frost-coldstart-"))
     corpus = root / "kjv.txt"
@@ -111,62 +118,60 @@ def main(argv=None) -> int:
                        ("sp_encode.py", SP_ENCODE)):
         (root / name).write_text(code)
     v, times, loads = str(args.vocab_size), {}, {}
+    tok, hf, sp, out = root / "tok.json", root / "hf.json", root / "sp", str(root / "ids.bin")
 
-    def note(key, seconds):
-        times.setdefault(key, []).append(seconds)
-        loads.setdefault(key[0], []).append(os.getloadavg()[0])
+    def note(cmd, run_name, seconds):
+        times.setdefault((cmd, run_name), []).append(seconds)
+        loads.setdefault(cmd, []).append(os.getloadavg()[0])
+
+    def cold_warm(cmd, label, source, argv):  # each command's first run is its own: a fresh copy per command
+        box = Sandbox(pathlib.Path(source), root, label)
+        for mode in ("cold", "warm"):
+            note(cmd, f"{label} {mode}", run(frost_cmd(*argv), box))
 
     try:
-        for rep in range(reps):  # interleaved: frost cold, warm, then the peers, every repeat
-            help_box = Sandbox(root, f"h{rep}")
-            for mode in ("cold", "warm"):
-                note(("frost --help", mode), run(frost_cmd("--help"), help_box.env()))
-            note(("frost --help", "python -c pass"), run([PY, "-c", "pass"]))
-            box = Sandbox(root, f"r{rep}")  # each command's first run is its own
-            tok, hf, sp = box.dir / "tok.json", box.dir / "hf.json", box.dir / "sp"
-            for mode in ("cold", "warm"):
-                note(("frost tokenizer train", mode),
-                     run(frost_cmd("tokenizer", "train", str(corpus), "--vocab-size", v, "-o", str(tok)), box.env()))
-            note(("frost tokenizer train", "HF tokenizers"), run([PY, str(root / "hf_train.py"), str(corpus), v, str(hf)]))
-            note(("frost tokenizer train", "SentencePiece"), run([PY, str(root / "sp_train.py"), str(corpus), v, str(sp)]))
-            enc = Sandbox(root, f"e{rep}")  # encode's own first run: no bytecode yet
-            for mode in ("cold", "warm"):
-                note(("frost tokenizer encode", mode), run(frost_cmd("tokenizer", "encode", "--tokenizer", str(tok),
-                                                                     str(corpus), "-o", str(box.dir / "ids.bin")), enc.env()))
-            note(("frost tokenizer encode", "HF tokenizers"),
-                 run([PY, str(root / "hf_encode.py"), str(hf), str(corpus), str(box.dir / "hf.bin")]))
-            note(("frost tokenizer encode", "SentencePiece"),
-                 run([PY, str(root / "sp_encode.py"), f"{sp}.model", str(corpus), str(box.dir / "sp.bin")]))
+        for rep in range(reps):  # interleaved: each frost version cold and warm, then the peers, every repeat
+            for label, source in versions.items():
+                cold_warm("frost --help", label, source, ["--help"])
+            note("frost --help", "python -c pass", run([PY, "-c", "pass"]))
+            for label, source in versions.items():
+                cold_warm("frost tokenizer train", label, source, ["tokenizer", "train", str(corpus), "--vocab-size", v, "-o", str(tok)])
+            note("frost tokenizer train", "HF tokenizers", run([PY, str(root / "hf_train.py"), str(corpus), v, str(hf)]))
+            note("frost tokenizer train", "SentencePiece", run([PY, str(root / "sp_train.py"), str(corpus), v, str(sp)]))
+            for label, source in versions.items():
+                cold_warm("frost tokenizer encode", label, source, ["tokenizer", "encode", "--tokenizer", str(tok), str(corpus), "-o", out])
+            note("frost tokenizer encode", "HF tokenizers", run([PY, str(root / "hf_encode.py"), str(hf), str(corpus), out]))
+            note("frost tokenizer encode", "SentencePiece", run([PY, str(root / "sp_encode.py"), f"{sp}.model", str(corpus), out]))
         if not args.quick:
             jobs = {"frost train resnet20": ["resnet20", "--limit", "512", "--batch-size", "64", "--epochs", "1",
                                              "--max-steps", "3", "--workers", "0"],
                     "frost train gpt": ["gpt", "--limit", "100000", "--epochs", "1", "--max-steps", "3"]}
             for rep in range(args.repeats or 1):
                 for name, job in jobs.items():
-                    box = Sandbox(root, f"{job[0]}{rep}")
-                    for i, mode in enumerate(("cold", "warm, no JAX cache", "warm")):
-                        if mode == "warm, no JAX cache":
-                            keep = box.jax
-                            box.fresh_jax_cache()
-                        elif mode == "warm":
-                            box.jax = keep
-                        note((name, mode), run(frost_cmd("train", *job, "--out", str(box.dir / f"run{i}")), box.env()))
+                    for label, source in versions.items():
+                        box = Sandbox(pathlib.Path(source), root, label)
+                        for i, mode in enumerate(("cold", "warm, no JAX cache", "warm")):
+                            if mode == "warm, no JAX cache":
+                                keep = box.jax
+                                box.fresh_jax_cache()
+                            elif mode == "warm":
+                                box.jax = keep
+                            note(name, f"{label} {mode}", run(frost_cmd("train", *job, "--out", str(box.dir / f"run{i}")), box))
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
     med = {k: statistics.median(t) for k, t in times.items()}
     print(f"\n`flock /tmp/frost-bench.lock python benchmarks/coldstart.py {' '.join(argv or sys.argv[1:])}`".rstrip())
     print(f"{_cpu()}, {os.cpu_count()} cores, Python {sys.version.split()[0]}; medians of {reps} runs "
-          f"(train commands: {args.repeats or 1}); vocabulary {v} on the KJV (4.1 MB)\n")
-    print("| command | run | seconds | / frost warm | frost cold / this | frost warm / this | load (1 min) |")
-    print("|---|---|---|---|---|---|---|")
+          f"(train commands: {args.repeats or 1}); vocabulary {v} on the KJV (4.1 MB). Ratios: {first}'s time "
+          f"over this run's (below 1: {first} is faster)\n")
+    print(f"| command | run | seconds | {first} cold / this | {first} warm / this | load (1 min) |")
+    print("|---|---|---|---|---|---|")
     for cmd in dict.fromkeys(k[0] for k in med):
-        warm, cold = med[(cmd, "warm")], med[(cmd, "cold")]
-        for (c, mode), s in med.items():
+        cold, warm = med[(cmd, f"{first} cold")], med[(cmd, f"{first} warm")]
+        for (c, name), s in med.items():
             if c == cmd:
-                peer = mode not in ("cold", "warm")
-                print(f"| `{cmd}` | {mode} | {s:.2f} | {s / warm:.2f} | {cold / s if peer else float('nan'):.2f} | "
-                      f"{warm / s if peer else float('nan'):.2f} | {statistics.median(loads[cmd]):.1f} |".replace("nan", "-"))
+                print(f"| `{cmd}` | {name} | {s:.2f} | {cold / s:.2f} | {warm / s:.2f} | {statistics.median(loads[cmd]):.1f} |")
     return 0
 
 

@@ -187,11 +187,12 @@ def merge_loop(sym, starts, wcount, n_tokens, progress):
     (left, right, new id).
     """
     S = sym.shape[0]
-    rows = 3 * S + 16  # pairs, list entries and heap entries: at most S initial ones + 2 per merged occurrence
+    rows = 3 * S + 16  # pairs, list entries, heap entries: at most S initial ones + 2 per merged occurrence
+    # hash tables larger than what they can hold (so never full): pairs at most `rows`
     P, E, H = np.empty((rows, 4), np.int64), np.empty((rows, 2), np.int64), np.empty((rows, 2), np.int64)
     orig = np.concatenate([sym, np.arange(256, dtype=sym.dtype)])  # each token's bytes are somewhere here
     out = np.empty((S + 16, 3), np.int64)
     m = _loop(sym, np.arange(S), orig, starts, np.diff(starts), wcount, P, E, H, np.empty((n_tokens, 5), np.int64),
-              np.full(1 << (2 * rows).bit_length(), -1, np.int64), np.full(1 << (4 * n_tokens).bit_length(), -1, np.int64),
+              np.full(1 << rows.bit_length(), -1, np.int64), np.full(1 << (4 * n_tokens).bit_length(), -1, np.int64),
               np.zeros(2, np.int64), np.empty(rows, np.int64), out, progress)
     return out[:m].copy()
