@@ -17,7 +17,7 @@ import sys
 
 from frost.config import FrostError, UsageError
 
-TOPICS = ("frost.train.cli", "frost.text.cli")  # each has add_commands(subparsers)
+TOPICS = ("frost.train.cli", "frost.text.cli", "frost.audit.cli")  # each has add_commands(subparsers)
 
 
 def _build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,79 @@
+"""`frost audit`: check optimizers against a tuned AdamW under one protocol (frost/audit/protocol.py).
+
+    frost audit [--workload gpt|image|all] [--optimizers adamw,lion,sophia,muon] [--optimizer MODULE:FUNC ...]
+                [--data PATH] [--budget S] [--seeds N] [--quick] [--out DIR]
+
+The options are generated from `AuditConfig` (frost.config), except the repeatable --optimizer.
+No JAX is imported until the audit starts, so `frost --help` stays fast.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from frost.config import Checked, UsageError, add_options, from_args, option, optional
+
+BUILTIN = ("adamw", "adam", "sgd", "sgd-nesterov", "lion", "sophia", "sophia-h", "muon")
+
+
+def _names(text):
+    names = [n for n in text.split(",") if n]
+    unknown = [n for n in names if n not in BUILTIN]
+    if unknown or not names or len(set(names)) < len(names):
+        return f"must be distinct names from {', '.join(BUILTIN)}, separated by commas"
+
+
+def _whole(low):
+    return lambda x: None if isinstance(x, int) and not isinstance(x, bool) and x >= low else \
+        f"must be a whole number >= {low}"
+
+
+@dataclasses.dataclass(frozen=True)
+class AuditConfig(Checked):
+    workload: str = option("all", "gpt (a GPT on KJV), image (an MLP on Fashion-MNIST), or all; each at two "
+                           "widths", choices=("gpt", "image", "all"))
+    optimizers: str = option("adamw,lion,sophia,muon", "built-in optimizers to audit, comma-separated (AdamW, the "
+                             f"reference, is always added); from {', '.join(BUILTIN)}", _names)
+    optimizer: tuple = option((), "a user optimizer MODULE:FUNCTION, make(learning_rate, **hyperparams) -> an "
+                              "optax-style GradientTransformation (repeatable)", cli=False)
+    data: str | None = option(None, "a UTF-8 text file (with --workload gpt) or an image folder with train/ and "
+                              "optionally test/ (with --workload image); default KJV and Fashion-MNIST")
+    budget: int | None = option(None, "training steps of each tuning run (a multiple of 10; default: 300 for gpt, "
+                                "400 for image, a third of that with --quick)", optional(_whole(20)))
+    seeds: int = option(3, "fresh seeds the best configuration is rerun on", _whole(3))
+    quick: bool = option(False, "a first look in minutes: the smaller width, one weight decay and key value, "
+                         "a third of the steps")
+    out: str = option("audit", "output folder: runs/*.json, results.json, report.md, PNG plots")
+
+    def check(self):
+        if self.budget is not None and self.budget % 10:
+            raise UsageError(f"--budget {self.budget}: must be a multiple of 10 (steps run in chunks of 10)")
+        if self.data is not None and self.workload == "all":
+            raise UsageError(f"--data {self.data}: say which workload it is for: --workload gpt (a text file) or "
+                             "--workload image (an image folder)")
+        from frost.optim.registry import resolve
+        for name in self.optimizer:
+            if name in BUILTIN or ":" not in name:
+                raise UsageError(f"--optimizer {name!r}: give MODULE:FUNCTION (built-ins go in --optimizers)")
+            resolve(name)  # UsageError if it does not import
+
+    @property
+    def names(self) -> list[str]:
+        listed = self.optimizers.split(",")
+        return (["adamw"] if "adamw" not in listed else []) + listed + list(dict.fromkeys(self.optimizer))
+
+
+def add_commands(sub) -> None:
+    p = sub.add_parser("audit", help="audit optimizers against a tuned AdamW (equal tuning, fresh seeds, CIs)",
+                       description="Tune every optimizer on the same grid, rerun the best on fresh seeds, and "
+                                   "write report.md, results.json, runs/*.json and plots to --out. A restarted "
+                                   "audit skips the runs already on disk.")
+    add_options(p, [AuditConfig])
+    p.add_argument("--optimizer", action="append", default=[], metavar="MODULE:FUNC",
+                   help=dataclasses.fields(AuditConfig)[2].metadata["help"])
+    p.set_defaults(run=_audit)
+
+
+def _audit(args):
+    cfg = from_args(AuditConfig, args, "`frost audit`", optimizer=tuple(args.optimizer))
+    from frost.audit.run import audit
+    print(f"report: {audit(cfg)}")

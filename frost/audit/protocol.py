@@ -1,0 +1,121 @@
+"""The audit's protocol: the tuning grid, the paper baseline, and the statistics of the report.
+
+Rules (after Wen et al. 2025, "Fantastic Pretraining Optimizers and Where to Find Them", arXiv
+2509.02046, and Semenov et al. 2025, "Benchmarking Optimizers for Large Language Model
+Pretraining", arXiv 2509.01440):
+
+- Equal tuning budget: every optimizer gets the same number of trials, a full grid of 6
+  learning rates (x2 apart, centred on the optimizer's usual rate relative to AdamW's) x 2
+  weight decays x 2 values of its own key hyper-parameter. A user optimizer (`MODULE:FUNCTION`)
+  has no known key, so it gets twice the learning rates (same spacing, a wider range).
+- End of training only: every budget is its own run, its warmup + cosine schedule completed.
+- Winner's curse: the best trial on the tuning seed (0) is rerun on fresh seeds 1..N; the report
+  gives their mean and a 95% Student-t interval.
+- Divergence is counted, never dropped: a non-finite step, or a training loss above the
+  workload's threshold, marks the run diverged at that step.
+- Speedup as Wen et al. define it: the steps tuned AdamW needs to reach the optimizer's final
+  loss (read off AdamW's runs at several budgets), over the optimizer's steps.
+"""
+from __future__ import annotations
+
+import inspect
+import math
+from typing import NamedTuple
+
+import numpy as np
+import scipy.stats
+
+
+class Grid(NamedTuple):
+    lr: float            # the learning-rate centre as a multiple of the workload's AdamW centre
+    weight_decay: tuple  # the two weight decays (the first is --quick's)
+    key: str | None      # the optimizer's key hyper-parameter
+    values: tuple = ()   # its two values (the first is --quick's)
+
+
+# Centres from each paper's advice: Lion 3-10x below AdamW (Chen et al. 2023), Sophia's clipped
+# update about 3x below (Liu et al. 2023), Muon about 10x above (Jordan et al. 2024); gamma is
+# Sophia's clipping scale (rho in its code), kept in the build, not the state.
+GRIDS = {
+    "adamw": Grid(1.0, (0.1, 0.0), "b2", (0.95, 0.999)),
+    "adam": Grid(1.0, (1e-4, 0.0), "b2", (0.95, 0.999)),
+    "sgd": Grid(30.0, (5e-4, 0.0), "momentum", (0.9, 0.95)),
+    "lion": Grid(0.2, (1.0, 0.0), "b2", (0.99, 0.95)),
+    "sophia": Grid(0.3, (0.1, 0.0), "gamma", (0.01, 0.05)),
+    "sophia-h": Grid(0.3, (0.1, 0.0), "gamma", (0.01, 0.05)),
+    "muon": Grid(10.0, (0.1, 0.0), "momentum", (0.95, 0.9)),
+}
+ALIASES = {"sgd-nesterov": "sgd"}  # issue 13's name for the registry's "sgd" (Nesterov momentum 0.9)
+MUON_ADAM_LR = 0.1  # Muon's AdamW part (embeddings, head, biases) runs at this times Muon's rate
+LR_POINTS, TOLERANCE = 6, 0.02  # learning rates per grid; the LR range counts losses within this of the best
+
+# The "paper baseline": AdamW as a paper would run it, untuned (nanoGPT's GPT-2 settings; PyTorch's defaults).
+BASELINE = {"gpt": {"learning_rate": 6e-4, "weight_decay": 0.1, "b2": 0.95},
+            "image": {"learning_rate": 1e-3, "weight_decay": 0.01, "b2": 0.999}}
+
+
+def grid(name: str, make, centre: float, quick: bool = False) -> list[dict]:
+    """Every trial of optimizer `name` (built by `make`) as {hyper-parameter: value}; same count for all."""
+    g = GRIDS.get(ALIASES.get(name, name))
+    if g is None:  # a user's optimizer: weight decay if `make` takes it, and learning rates for the key's share
+        takes = inspect.signature(make).parameters
+        wd = "weight_decay" in takes or any(p.kind == p.VAR_KEYWORD for p in takes.values())
+        g = Grid(1.0, (0.1, 0.0) if wd else (None,), None)
+    wds, values = (g.weight_decay[:1], g.values[:1]) if quick else (g.weight_decay, g.values)
+    n = LR_POINTS * (1 if quick or g.key else 2) * (1 if quick or wds[0] is not None else 2)
+    lrs = centre * g.lr * 2.0 ** (np.arange(n) - (LR_POINTS - 1) / 2 - (n - LR_POINTS) // 2)
+    return [{"learning_rate": float(f"{lr:.3g}"), **({} if wd is None else {"weight_decay": wd}),
+             **({g.key: v} if g.key else {})} for lr in lrs for wd in wds for v in (values or [None])]
+
+
+def mean_ci(xs, level: float = 0.95) -> tuple[float, float]:
+    """(mean, half-width of the Student-t confidence interval); the half-width is nan for n < 2."""
+    xs = np.asarray(xs, float)
+    if len(xs) < 2:
+        return float(xs.mean()) if len(xs) else math.nan, math.nan
+    t = scipy.stats.t.ppf(0.5 + level / 2, len(xs) - 1)
+    return float(xs.mean()), float(t * xs.std(ddof=1) / math.sqrt(len(xs)))
+
+
+def steps_to_reach(steps, losses, target: float) -> tuple[float, str]:
+    """Steps AdamW needs to reach `target`, from its final losses at several budgets: linear in
+    log(steps) between the two budgets that bracket it. A longer budget counts as at least as good
+    as a shorter one (a running minimum). Returns (steps, "=") or, outside the budgets, the
+    nearest budget with ">" (needs more) or "<" (needs fewer).
+
+        steps_to_reach([100, 200, 400], [3.0, 2.5, 2.0], 2.25) -> (282.8..., "=")   # sqrt(200 * 400)
+    """
+    order = np.argsort(steps)
+    s, loss = np.asarray(steps, float)[order], np.minimum.accumulate(np.asarray(losses, float)[order])
+    if target >= loss[0]:
+        return float(s[0]), "<" if target > loss[0] else "="
+    if target < loss[-1]:
+        return float(s[-1]), ">"
+    i = int(np.argmax(loss <= target)) - 1  # loss[i] > target >= loss[i + 1]
+    frac = (loss[i] - target) / (loss[i] - loss[i + 1])
+    return float(math.exp(math.log(s[i]) + frac * (math.log(s[i + 1]) - math.log(s[i])))), "="
+
+
+def stable_fraction(runs) -> float:
+    return sum(not r["diverged"] for r in runs) / len(runs)
+
+
+def lr_range(runs, tolerance: float = TOLERANCE) -> float:
+    """The width (largest / smallest) of the learning rates whose best loss, over the other
+    hyper-parameters, is within `tolerance` of the best; 1.0 when only the best one is, nan if all diverged."""
+    best = {}
+    for r in runs:
+        if not r["diverged"]:
+            lr = r["hyperparams"]["learning_rate"]
+            best[lr] = min(best.get(lr, math.inf), r["final_loss"])
+    if not best:
+        return math.nan
+    low = min(best.values())
+    near = [lr for lr, loss in best.items() if loss <= low + tolerance]
+    return max(near) / min(near)
+
+
+def best_trial(runs):
+    """The run with the lowest final loss among those that did not diverge (None if all did)."""
+    ok = [r for r in runs if not r["diverged"]]
+    return min(ok, key=lambda r: r["final_loss"]) if ok else None

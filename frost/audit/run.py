@@ -1,0 +1,137 @@
+"""The audit from start to report: plan the runs, train what is not on disk, write the report.
+
+Per workload: (1) tune: every optimizer's grid on the tuning seed 0; (2) rerun each optimizer's
+best trial on fresh seeds 1..N; tuned AdamW also at 1/2, 2 and 4 times the budget (the curve the
+speedups are read from) and the paper baseline on the same seeds. Runs are trained N at a time
+(vmapped; see engine.py), so the grid and the reruns of an optimizer share one compiled program.
+
+Resumable: each run is `OUT/runs/<id>.json` as soon as its batch ends, the id naming the
+workload, optimizer, budget, seed and hyper-parameters. A restarted audit trains only batches
+with a run missing; the numbers are the same (a batch is deterministic on CPU), and so is the report.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import pathlib
+import re
+import time
+
+import jax
+from tqdm import tqdm
+
+from frost import atomic
+from frost.audit import engine, protocol, report, workloads
+from frost.optim.registry import resolve
+
+BUDGETS, QUICK_BUDGETS = (0.5, 1, 2, 4), (0.5, 1, 2)  # AdamW's budgets for the speedup, in units of the budget
+
+
+def run_id(workload, name, run: engine.Run) -> str:
+    digest = hashlib.sha1(json.dumps(run.hyperparams, sort_keys=True).encode()).hexdigest()[:10]
+    return f"{workload}-{re.sub(r'[^A-Za-z0-9.-]+', '-', name)}-{run.steps}-s{run.seed}-{digest}"
+
+
+def command(cfg) -> str:
+    """The command line that makes `cfg` (options at their defaults left out)."""
+    parts = ["frost audit"]
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        if value == f.default:
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        parts += [flag] if value is True else [f"--optimizer {v}" for v in value] if f.name == "optimizer" else \
+            [f"{flag} {value}"]
+    return " ".join(parts)
+
+
+class Audit:
+    def __init__(self, cfg):
+        self.cfg, self.out = cfg, pathlib.Path(cfg.out)
+        (self.out / "runs").mkdir(parents=True, exist_ok=True)
+        self.bar, self.work, self.done, self.trained, self.start = None, 0.0, 0.0, 0.0, time.perf_counter()
+
+    def steps(self, wl) -> int:
+        return self.cfg.budget or (wl.steps // 30 * 10 if self.cfg.quick else wl.steps)
+
+    def load(self, wl, name, run):
+        path = self.out / "runs" / f"{run_id(wl.name, name, run)}.json"
+        return json.loads(path.read_text()) if path.exists() else None
+
+    def train(self, wl, data, name, runs, cost) -> list[dict]:
+        """The results of `runs` (one optimizer): from disk, or trained N at a time and saved."""
+        n = self.cfg.seeds
+        for group in engine.groups(wl, data, name, runs):
+            for i in range(0, len(group.runs), n):
+                batch = group.runs[i:i + n]
+                todo = batch + batch[-1:] * (n - len(batch))  # a full batch keeps one program per optimizer
+                work = sum(r.steps for r in batch) * cost
+                if any(self.load(wl, name, r) is None for r in batch):
+                    results = engine.run_group(wl, data, name, engine.Group(todo, group.built))
+                    for r, result in zip(batch, results):
+                        record = {"workload": wl.name, "optimizer": name, "hyperparams": r.hyperparams,
+                                  "seed": r.seed, **result}
+                        atomic.write(self.out / "runs" / f"{run_id(wl.name, name, r)}.json", json.dumps(record))
+                    self.trained += work
+                self.tick(len(batch), work)
+        return [self.load(wl, name, r) for r in runs]
+
+    def tick(self, runs, work):
+        """Advance the bar; the time left is the work left at the rate of the work trained so far."""
+        self.done += work
+        if self.bar is not None and self.trained:
+            left = (time.perf_counter() - self.start) / self.trained * max(self.work - self.done, 0)
+            self.bar.set_postfix_str(f"about {left / 60:.0f} min left" if left >= 60 else f"{left:.0f} s left")
+            self.bar.update(runs)
+
+    def workload(self, wl, data, names):
+        """Tune, rerun and measure one workload; returns its runs by role."""
+        steps, seeds, cost = self.steps(wl), range(1, self.cfg.seeds + 1), _cost(wl, data)
+        trials = {n: protocol.grid(n, resolve(protocol.ALIASES.get(n, n)).make, wl.lr, self.cfg.quick) for n in names}
+        tuning = {n: self.train(wl, data, n, [engine.Run(h, 0, steps) for h in trials[n]], cost) for n in names}
+        best = {n: protocol.best_trial(runs) for n, runs in tuning.items()}
+        finals = {n: self.train(wl, data, n, [engine.Run(b["hyperparams"], s, steps) for s in seeds], cost)
+                  for n, b in best.items() if b is not None}
+        curve = {}
+        if best["adamw"] is not None:
+            for f in QUICK_BUDGETS if self.cfg.quick else BUDGETS:
+                b = round(f * steps / engine.CHUNK) * engine.CHUNK
+                curve[b] = finals["adamw"] if b == steps else self.train(
+                    wl, data, "adamw", [engine.Run(best["adamw"]["hyperparams"], s, b) for s in seeds], cost)
+        baseline = self.train(wl, data, "adamw", [engine.Run(protocol.BASELINE[wl.kind], s, steps) for s in seeds],
+                              cost)
+        return {"steps": steps, "trials": trials, "tuning": tuning, "best": best, "finals": finals,
+                "curve": curve, "baseline": baseline}
+
+    def plan(self, variants, names) -> tuple[int, float]:
+        """(runs, work) the audit will take, for the progress bar and its estimate of the time left."""
+        runs = work = 0
+        for wl, data in variants:
+            trials = sum(len(protocol.grid(n, resolve(protocol.ALIASES.get(n, n)).make, wl.lr, self.cfg.quick))
+                         for n in names)
+            budgets = QUICK_BUDGETS if self.cfg.quick else BUDGETS
+            reruns = self.cfg.seeds * (len(names) + len(budgets))  # finals, AdamW's other budgets, baseline
+            runs += trials + reruns
+            work += _cost(wl, data) * self.steps(wl) * (trials + self.cfg.seeds * (len(names) + sum(budgets)))
+        return runs, work
+
+
+def _cost(wl, data) -> int:
+    """Work per training step, for the time estimate: examples (tokens) per batch x parameters."""
+    model = jax.eval_shape(lambda k: wl.model(data, k), jax.random.key(0))
+    return wl.batch * (workloads.SEQ_LEN if wl.kind == "gpt" else 1) * sum(x.size for x in jax.tree.leaves(model))
+
+
+def audit(cfg, progress: bool = True, command_line: str | None = None) -> pathlib.Path:
+    """Run (or resume) the audit `cfg` describes; returns the path of report.md."""
+    a = Audit(cfg)
+    names = cfg.names
+    kinds = ("gpt", "image") if cfg.workload == "all" else (cfg.workload,)
+    data = {k: workloads.load(k, cfg.data, a.out, progress) for k in kinds}
+    variants = [(wl, data[wl.kind]) for wl in workloads.WORKLOADS.values()
+                if wl.kind in kinds and not (cfg.quick and not wl.name.endswith("-s"))]
+    total, a.work = a.plan(variants, names)
+    with tqdm(total=total, unit="run", desc="audit", disable=not progress, dynamic_ncols=True) as a.bar:
+        results = {wl.name: (wl, a.workload(wl, d, names)) for wl, d in variants}
+    return report.write(a.out, results, cfg, command_line or command(cfg))

@@ -1,0 +1,144 @@
+"""The audit's workloads: a model, its data held on the device, and a batch drawn inside the
+compiled program as a pure function of (run key, step), so K runs with K data orders train in
+one program with no host traffic.
+
+    gpt-s, gpt-m      a GPT with rotary positions (frost.models.gpt) on KJV, or any UTF-8 file,
+                      tokenised with Frost's byte-level BPE (512 tokens, trained on the first 95%
+                      by frost.train.lm.prepare_corpus; the rest is the held-out part)
+    image-s, image-m  an MLP on Fashion-MNIST, or any image folder with train/ (and test/)
+                      sub-folders (frost.train.image.load_data)
+
+Each comes at two widths, so the report can show whether a gap grows or shrinks with scale.
+Training batches are drawn with replacement (random windows of text, random images); the final
+loss is the mean cross-entropy on a fixed held-out set (64 windows; 2,000 images).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import pathlib
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from frost import data as fdata, nn, text
+from frost.config import UsageError
+from frost.models import gpt
+from frost.train import image, lm
+from frost.train.configs import LMConfig
+from frost.train.losses import eval_sums
+
+VOCAB, SEQ_LEN, EVAL_WINDOWS, EVAL_IMAGES = 512, 64, 64, 2000
+
+
+class Data(NamedTuple):
+    arrays: dict       # device arrays: "train" tokens, or "train_x"/"train_y"; "eval_x"/"eval_y"; "mean"/"std"
+    classes: int       # vocabulary size or number of classes
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    name: str
+    kind: str          # "gpt" or "image"
+    width: int         # GPT model width / MLP hidden width
+    depth: int         # GPT blocks / MLP hidden layers
+    batch: int         # sequences of SEQ_LEN tokens, or images, per step
+    steps: int         # the 1x budget (training steps of a tuning run)
+    lr: float          # AdamW's learning-rate grid centre (protocol.GRIDS scales it per optimizer)
+
+    def describe(self, steps: int) -> str:
+        what = (f"GPT, width {self.width}, {self.depth} blocks, batches of {self.batch} x {SEQ_LEN} tokens"
+                if self.kind == "gpt" else f"MLP, {self.depth} hidden layers of {self.width}, batches of {self.batch}")
+        return f"{what}, {steps} steps"
+
+    def model(self, data: Data, key):
+        if self.kind == "gpt":
+            return gpt.GPT(data.classes, self.width, self.depth, max(self.width // 16, 1), SEQ_LEN, rotary=True,
+                           key=key)
+        keys = jax.random.split(key, self.depth + 1)
+        sizes = [math.prod(data.arrays["eval_x"].shape[1:])] + [self.width] * self.depth + [data.classes]
+        layers = []
+        for k, cin, cout in zip(keys, sizes, sizes[1:]):
+            layers += [nn.Linear(cin, cout, key=k), nn.relu]
+        return nn.Sequential(nn.Flatten(), *layers[:-1])
+
+    def draw(self, data: dict, key):
+        """One training batch (inputs, labels) from `Data.arrays`, traced inside the step."""
+        if self.kind == "gpt":
+            tokens = data["train"]
+            starts = jax.random.randint(key, (self.batch,), 0, tokens.shape[0] - SEQ_LEN - 1)
+            window = tokens[starts[:, None] + jnp.arange(SEQ_LEN + 1)]                     # (B, T + 1)
+            return window[:, :-1], window[:, 1:]
+        i = jax.random.randint(key, (self.batch,), 0, data["train_x"].shape[0])
+        return normalise(data["train_x"][i], data), data["train_y"][i]                   # (B, H, W, C), (B,)
+
+    def eval_loss(self, model, data: dict):
+        sums = eval_sums(model, (data["eval_x"], data["eval_y"]))
+        return sums["loss_sum"] / sums["count"]
+
+    def threshold(self, data: Data) -> float:
+        """Training loss above which a run counts as diverged: 1.5 ln(classes) (a uniform guess is ln(classes))."""
+        return 1.5 * math.log(data.classes)
+
+    def muon_labels(self, classes: int):
+        """Muon for hidden matrices; the embedding and output layers (a matrix with a vocabulary or
+        class dimension), biases and norms to AdamW, as Jordan et al. (2024) recommend."""
+        return lambda params: jax.tree.map(lambda p: "muon" if p.ndim == 2 and classes not in p.shape else "adam",
+                                           params)
+
+
+WORKLOADS = {w.name: w for w in (
+    Workload("gpt-s", "gpt", 32, 2, 8, 300, 1e-2),
+    Workload("gpt-m", "gpt", 64, 2, 8, 300, 6e-3),
+    Workload("image-s", "image", 64, 2, 64, 400, 3e-3),
+    Workload("image-m", "image", 256, 2, 64, 400, 2e-3),
+)}
+
+
+def normalise(x, data: dict):  # uint8 (N, H, W, C) -> float32, per-channel standardised
+    return (x.astype(jnp.float32) / 255 - data["mean"]) / data["std"]
+
+
+def load(kind: str, source: str | None, out: pathlib.Path, progress: bool = True) -> Data:
+    """The data of a workload kind on the device; `source` is --data (default: kjv, fashion-mnist)."""
+    return _text(source or "kjv", out / "gpt", progress) if kind == "gpt" else _images(source or "fashion-mnist")
+
+
+def _text(source, folder: pathlib.Path, progress):
+    folder.mkdir(parents=True, exist_ok=True)
+    cfg = LMConfig(data=source, vocab_size=VOCAB, seq_len=SEQ_LEN, batch_size=8)
+    tok = lm.prepare_corpus(cfg, folder, progress)  # once: reused from `folder` when the audit restarts
+    dtype = text.token_dtype(tok.vocab_size)
+    train, val = (np.fromfile(folder / f, dtype).astype(np.int32) for f in ("train.bin", "val.bin"))
+    windows = min(EVAL_WINDOWS, (len(val) - 1) // SEQ_LEN)
+    if windows < 1:
+        raise UsageError(f"--data {source}: the held-out 5% has {len(val)} tokens, fewer than one window of "
+                         f"{SEQ_LEN + 1}; give more text")
+    held = val[:windows * SEQ_LEN + 1]
+    x = np.stack([held[i * SEQ_LEN:(i + 1) * SEQ_LEN + 1] for i in range(windows)])   # (E, T + 1)
+    return Data({"train": jnp.asarray(train), "eval_x": jnp.asarray(x[:, :-1]), "eval_y": jnp.asarray(x[:, 1:])},
+                tok.vocab_size)
+
+
+def _images(source):
+    train, test, _, classes, _, mean, std, pre = image.load_data(source)
+    x, y = _arrays(train, pre)
+    if test is None:  # hold out the last 10% of a folder without test/
+        cut = len(x) * 9 // 10
+        x, y, tx, ty = x[:cut], y[:cut], x[cut:], y[cut:]
+    else:
+        tx, ty = _arrays(test, pre)
+    stats = {"mean": jnp.asarray(mean, jnp.float32), "std": jnp.asarray(std, jnp.float32)}
+    return Data({**stats, "train_x": jnp.asarray(x), "train_y": jnp.asarray(y),
+                 "eval_x": normalise(jnp.asarray(tx[:EVAL_IMAGES]), stats), "eval_y": jnp.asarray(ty[:EVAL_IMAGES])},
+                classes)
+
+
+def _arrays(source, pre):
+    """All of a source's (uint8 images, labels), resized as `pre` says."""
+    if isinstance(source, fdata.Arrays):
+        return source.arrays
+    samples = [fdata.Compose(*pre)(source[i], None) for i in range(len(source))]
+    return np.stack([s[0] for s in samples]), np.asarray([s[1] for s in samples], np.int32)
