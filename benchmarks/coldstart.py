@@ -134,14 +134,18 @@ def main(argv=None) -> int:
             for label, source in versions.items():
                 cold_warm("frost --help", label, source, ["--help"])
             note("frost --help", "python -c pass", run([PY, "-c", "pass"]))
+            train_argv = ["tokenizer", "train", str(corpus), "--vocab-size", v, "-o", str(tok)]
             for label, source in versions.items():
-                cold_warm("frost tokenizer train", label, source, ["tokenizer", "train", str(corpus), "--vocab-size", v, "-o", str(tok)])
-            note("frost tokenizer train", "HF tokenizers", run([PY, str(root / "hf_train.py"), str(corpus), v, str(hf)]))
+                cold_warm("frost tokenizer train", label, source, train_argv)
+            peer = [PY, str(root / "hf_train.py"), str(corpus), v, str(hf)]
+            note("frost tokenizer train", "HF tokenizers", run(peer))
             note("frost tokenizer train", "SentencePiece", run([PY, str(root / "sp_train.py"), str(corpus), v, str(sp)]))
+            encode_argv = ["tokenizer", "encode", "--tokenizer", str(tok), str(corpus), "-o", out]
             for label, source in versions.items():
-                cold_warm("frost tokenizer encode", label, source, ["tokenizer", "encode", "--tokenizer", str(tok), str(corpus), "-o", out])
+                cold_warm("frost tokenizer encode", label, source, encode_argv)
             note("frost tokenizer encode", "HF tokenizers", run([PY, str(root / "hf_encode.py"), str(hf), str(corpus), out]))
-            note("frost tokenizer encode", "SentencePiece", run([PY, str(root / "sp_encode.py"), f"{sp}.model", str(corpus), out]))
+            peer = [PY, str(root / "sp_encode.py"), f"{sp}.model", str(corpus), out]
+            note("frost tokenizer encode", "SentencePiece", run(peer))
         if not args.quick:
             jobs = {"frost train resnet20": ["resnet20", "--limit", "512", "--batch-size", "64", "--epochs", "1",
                                              "--max-steps", "3", "--workers", "0"],
@@ -156,7 +160,8 @@ def main(argv=None) -> int:
                                 box.fresh_jax_cache()
                             elif mode == "warm":
                                 box.jax = keep
-                            note(name, f"{label} {mode}", run(frost_cmd("train", *job, "--out", str(box.dir / f"run{i}")), box))
+                            argv = frost_cmd("train", *job, "--out", str(box.dir / f"run{i}"))
+                            note(name, f"{label} {mode}", run(argv, box))
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

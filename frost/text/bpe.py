@@ -137,10 +137,10 @@ def parallel_map(fn, items: Iterable, workers: int | None = None, init=None, ini
     per worker in flight, so a lazy input is read only as fast as it is used. `init(*initargs)`
     starts each worker. A single item, or workers=1, runs here as `map(local or fn, items)`.
     `started()` is called once the workers exist (a thread started from it cannot make forking them unsafe)."""
-    items = iter(items)
-    head = list(islice(items, 2))
     if workers is not None and workers < 1:
         raise UsageError(f"workers={workers}: must be at least 1")
+    items = iter(items)
+    head = list(islice(items, 2))
     workers = min(workers or os.cpu_count() or 1, 64)
     if len(head) < 2 or workers == 1:
         started()
@@ -322,7 +322,7 @@ class Tokenizer:
         ' the' -> [32, 116, 104, 101] -> [32, 256, 101] (t,h) -> [32, 257] (th,e) -> [258] ( ,the)"""
         ids = list(chunk.encode("utf-8"))  # ids[i] is None once merged into the token on its left
         n, get = len(ids), self._ranks.get
-        left, right = list(range(-1, n - 1)), list(range(1, n + 1))  # neighbours still there
+        left, right = list(range(-1, n)), list(range(1, n + 1))  # neighbours still there (left[n]: unused)
         heap = [(r, i) for i in range(n - 1) if (r := get((ids[i], ids[i + 1]))) is not None]
         heapq.heapify(heap)
         while heap:
@@ -331,8 +331,7 @@ class Tokenizer:
             if ids[i] is None or j == n or get((ids[i], ids[j])) != r:  # stale: the pair changed
                 continue
             ids[i], ids[j], right[i] = self.merges[r][2], None, right[j]
-            if right[i] < n:
-                left[right[i]] = i
+            left[right[i]] = i
             for x, y in ((left[i], i), (i, right[i])):
                 if x >= 0 and y < n and (q := get((ids[x], ids[y]))) is not None:
                     heapq.heappush(heap, (q, x))
@@ -351,7 +350,8 @@ class Tokenizer:
         if special == "refuse" and len(parts) > 1:  # parts: [text, special, text, special, ..., text]
             raise UsageError(f"text contains the special token {parts[1]!r} at {len(parts[0])}; pass special='allow' "
                              "to encode it as a special token or 'text' as plain text")
-        return [i for k, part in enumerate(parts) for i in ([self.special[part]] if k % 2 else self.encode_ordinary(part))]
+        return [i for k, part in enumerate(parts)
+                for i in ([self.special[part]] if k % 2 else self.encode_ordinary(part))]
 
     def encode_iter(self, texts: Iterable[str], *, special: str = "refuse", workers: int | None = None):
         """Lazily encode many texts, in order, in `workers` processes; yields one id list per text."""
@@ -377,7 +377,8 @@ class Tokenizer:
     def decode_bytes(self, ids: Iterable[int]) -> bytes:
         ids = list(ids)
         if ids and not 0 <= min(ids) <= max(ids) < len(self._decode):
-            raise UsageError(f"token ids {min(ids)}..{max(ids)} are out of range: this tokenizer's are 0..{len(self._decode) - 1}")
+            raise UsageError(f"token ids {min(ids)}..{max(ids)} are out of range: this tokenizer's are "
+                             f"0..{len(self._decode) - 1}")
         return b"".join(map(self._decode.__getitem__, ids))
 
     def decode(self, ids: Iterable[int], errors: str = "replace") -> str:

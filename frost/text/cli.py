@@ -48,8 +48,9 @@ def _train(args) -> int:
     from .io import save, save_hf
 
     _size(args.corpus)  # every file is there
-    tok = train(stream_files(args.corpus), args.vocab_size, pattern=GPT4_PATTERN if args.pattern is None else args.pattern,
-                special_tokens=args.special, workers=args.workers, progress=True)
+    pattern = GPT4_PATTERN if args.pattern is None else args.pattern
+    tok = train(stream_files(args.corpus), args.vocab_size, pattern=pattern, special_tokens=args.special,
+                workers=args.workers, progress=True)
     save(tok, args.output)
     if args.hf:
         save_hf(tok, args.hf)

@@ -138,8 +138,7 @@ def _loop(sym, pos, orig, starts, wlen, wcount, P, E, H, T, table, byhash, size,
             n_made += 1
         out[m, 0], out[m, 1], out[m, 2] = a, b, c
         m += 1
-        nt = 0
-        e = P[p, HEAD]
+        nt, e = 0, P[p, HEAD]  # pairs touched, the list of words that hold (a, b)
         while e >= 0:
             w, e = E[e, 0], E[e, 1]
             f, s = wcount[w], starts[w]
