@@ -173,7 +173,7 @@ def save(directory, step: int, tree, meta: dict | None = None, keep: int = 3) ->
                 for shard in entry["shards"]:
                     shard["sha256"] = digests[shard["key"]]
             manifest = {"format": FORMAT, "step": step, "processes": count, "meta": meta or {}, "entries": entries}
-            atomic.write(tmp / "manifest.json", json.dumps(manifest, indent=1))
+            atomic.write(tmp / "manifest.json", json.dumps(manifest, separators=(",", ":")))  # compact: 2/3 of indented
     if me == 0:
         for old in checkpoints(directory)[:-keep] if keep else []:
             shutil.rmtree(old, ignore_errors=True)
