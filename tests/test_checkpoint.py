@@ -92,6 +92,10 @@ def test_corrupt_and_mismatched_checkpoints_name_the_file_and_entry(tmp_path, ke
     (path / "manifest.json").write_text("{truncated")
     with pytest.raises(checkpoint.CheckpointError, match="manifest.json: cannot read"):
         checkpoint.load(path, tree)
+    (path / "manifest.json").unlink()  # a deleted manifest: still the latest, refused, never a silent rollback
+    assert path in checkpoint.checkpoints(tmp_path)
+    with pytest.raises(checkpoint.CheckpointError, match=f"damaged: remove {path} to resume from the one before"):
+        checkpoint.load(path, tree)
 
 
 def test_format_1_checkpoints_still_load(tmp_path):

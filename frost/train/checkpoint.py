@@ -43,12 +43,13 @@ from safetensors import SafetensorError, safe_open
 from safetensors.numpy import save as safetensors_bytes
 
 from frost import atomic
+from frost.config import FrostError
 
 FORMAT, FORMAT_1 = "frost-checkpoint/2", "frost-checkpoint/1"
 
 
-class CheckpointError(ValueError):
-    pass
+class CheckpointError(FrostError, ValueError):
+    """A checkpoint that cannot be used as it is: missing, damaged or from another model."""
 
 
 def _is_key(leaf) -> bool:
@@ -183,12 +184,13 @@ def save(directory, step: int, tree, meta: dict | None = None, keep: int = 3) ->
 
 
 def checkpoints(directory) -> list[pathlib.Path]:
-    """Complete checkpoints in `directory`, oldest first."""
+    """The checkpoints in `directory` (renamed into place, so complete when written), oldest first.
+    One damaged later (its manifest deleted) is still listed: loading it fails loudly instead of
+    silently rolling back to an older one."""
     directory = pathlib.Path(directory)
     if not directory.is_dir():
         return []
-    return sorted(p for p in directory.glob("step_*") if p.is_dir() and not p.name.endswith(".tmp")
-                  and (p / "manifest.json").exists())
+    return sorted(p for p in directory.glob("step_*") if p.is_dir() and not p.name.endswith(".tmp"))
 
 
 def latest(directory) -> pathlib.Path | None:
@@ -201,7 +203,8 @@ def read_manifest(path) -> dict:
     try:
         manifest = json.loads((path / "manifest.json").read_text())
     except (OSError, json.JSONDecodeError) as e:
-        raise CheckpointError(f"{path / 'manifest.json'}: cannot read checkpoint manifest ({e})") from e
+        raise CheckpointError(f"{path / 'manifest.json'}: cannot read the checkpoint's manifest ({e}); the checkpoint "
+                              f"is damaged: remove {path} to resume from the one before it") from None
     if manifest.get("format") not in (FORMAT, FORMAT_1):
         raise CheckpointError(f"{path / 'manifest.json'}: unknown format {manifest.get('format')!r}, expected {FORMAT!r}")
     return manifest
