@@ -63,7 +63,8 @@ def split_chunks(pattern: str, text: str) -> list[str]:
     """
     pat = _GPT4_ASCII if pattern == GPT4_PATTERN and text.isascii() else _compile(pattern)
     chunks = pat.findall(text)
-    if sum(map(len, chunks)) == len(text):  # the usual case: the matches cover the text
+    # the matches cover the text: always for GPT-4's pattern (some branch matches any character), else check
+    if pattern == GPT4_PATTERN or sum(map(len, chunks)) == len(text):
         return chunks
     out, pos = [], 0
     for m in pat.finditer(text):
