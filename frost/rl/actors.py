@@ -49,9 +49,11 @@ def _act(recv, send, slots, blob):
     """An actor process's loop (run by frost.data.loader._worker_main)."""
     os.environ["JAX_PLATFORMS"] = "cpu"  # actors infer on the host; an accelerator is the learner's
     import jax
+
+    from frost.rl.anakin import jit
     make_env, act, num_envs, b, steps, seed, deterministic = pickle.loads(blob)  # after the line above: imports JAX
 
-    @jax.jit
+    @jit
     def policy(net, obs, k, t, ids):  # the keys of (seed, rollout k, step t, env i)
         key = jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), k), t)
         return act(net, obs, jax.vmap(jax.random.fold_in, (None, 0))(key, ids))

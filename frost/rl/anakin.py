@@ -22,6 +22,14 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from frost import nn, parallel
 
 
+def jit(fn, **kwargs):
+    """`jax.jit`, at XLA's optimisation level 1 on CPU: these programs then compile about a third
+    faster and run as fast as at level 2 (2 CPU cores, one PPO iteration: 8.8 -> 6.0 s compiling,
+    25 ms a run either way; level 0 runs 3x slower)."""
+    options = {"xla_backend_optimization_level": 1} if jax.default_backend() == "cpu" else None
+    return jax.jit(fn, compiler_options=options, **kwargs)
+
+
 def orthogonal(a, scale: float):
     """The orthogonal matrix of a's QR decomposition, signs fixed, times `scale` (Saxe et al. 2014;
     jax.nn.initializers.orthogonal given a's normal draws)."""
@@ -70,8 +78,8 @@ def run(init, iteration, seeds, iterations: int, on_chunk=None, chunk: int | Non
     devices = jax.devices()[:math.gcd(len(seeds), jax.device_count())]
     seeded = NamedSharding(parallel.make_mesh(data=len(devices), devices=devices), P("data"))
     keys = jax.device_put(jax.vmap(jax.random.key)(jnp.asarray(seeds, jnp.uint32)), seeded)
-    runner = jax.jit(jax.vmap(init), out_shardings=seeded)(keys)
-    step = jax.jit(jax.vmap(lambda r: lax.scan(iteration, r, None, chunk)), in_shardings=seeded,
+    runner = jit(jax.vmap(init), out_shardings=seeded)(keys)
+    step = jit(jax.vmap(lambda r: lax.scan(iteration, r, None, chunk)), in_shardings=seeded,
                    out_shardings=seeded, donate_argnums=0)
     for done in range(chunk, iterations + 1, chunk):
         runner, metrics = step(runner)

@@ -14,6 +14,7 @@ and checkpoint/ (frost.train.checkpoint: the policies of all seeds, stacked).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import io
 import json
 import pathlib
@@ -162,8 +163,6 @@ def _algo(name):
 
 
 def _make_env(name: str):
-    import functools
-
     import gymnasium
     return functools.partial(gymnasium.make, name[4:])
 
@@ -185,14 +184,25 @@ def evaluate(algo: str, env: str, models, seeds):
     import jax
     import numpy as np
 
-    from frost.rl import actors, anakin, envs
-    greedy = _algo(algo).greedy
+    from frost.rl import actors
     keys = jax.vmap(lambda s: jax.random.fold_in(jax.random.key(s), 1 << 20))(np.asarray(seeds, np.uint32))
     if not env.startswith("gym:"):
-        e = envs.make(env)
-        return jax.jit(jax.vmap(lambda m, k: anakin.evaluate(e, greedy(m), k)))(models, keys)
-    return [actors.evaluate(_make_env(env), jax.jit(greedy(jax.tree.map(lambda x: x[i], models))), seed=s)
-            for i, s in enumerate(seeds)]
+        return _evaluator(algo, env)(models, keys)
+    return [actors.evaluate(_make_env(env), functools.partial(_evaluator(algo, env), jax.tree.map(lambda x: x[i], models)),
+                            seed=s) for i, s in enumerate(seeds)]
+
+
+@functools.lru_cache
+def _evaluator(algo: str, env: str):
+    """jnp env: (models, keys) -> mean returns, one per seed; host env: (model, obs) -> actions."""
+    import jax
+
+    from frost.rl import anakin, envs
+    greedy = _algo(algo).greedy
+    if env.startswith("gym:"):
+        return anakin.jit(lambda model, obs: greedy(model)(obs))
+    e = envs.make(env)
+    return anakin.jit(jax.vmap(lambda m, k: anakin.evaluate(e, greedy(m), k)))
 
 
 def plot(out: pathlib.Path, lines):

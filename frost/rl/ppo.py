@@ -14,7 +14,7 @@ from), action, logp (of the acting policy), reward, done (the episode ended at t
 from __future__ import annotations
 
 import dataclasses
-import math
+import functools
 from typing import NamedTuple
 
 import jax
@@ -23,7 +23,7 @@ import numpy as np
 from jax import lax
 
 from frost import nn, optim
-from frost.rl.anakin import episode_metrics, mlp
+from frost.rl.anakin import episode_metrics, jit, mlp
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,6 +174,12 @@ def anakin(env, cfg: Config):
     return init, iteration
 
 
+@functools.lru_cache
+def _learner(cfg: Config):
+    """The jitted update of Sebulba's learner (compiled once per config, not once per run)."""
+    return jit(functools.partial(update, cfg=cfg, opt=optimizer(cfg)))
+
+
 def sebulba(make_env, cfg: Config, seed: int = 0, actors: int = 2, deterministic: bool = True, on_update=None):
     """Train on host environments `make_env()` stepped by `actors` processes, `cfg.num_envs` in all.
 
@@ -184,8 +190,7 @@ def sebulba(make_env, cfg: Config, seed: int = 0, actors: int = 2, deterministic
     to arrive. `on_update(u, metrics)` after each update; the policy lag is in the metrics.
     Returns the trained ActorCritic."""
     from frost.rl.actors import Actors
-    opt = optimizer(cfg)
-    step = jax.jit(lambda m, s, r, k: update(m, s, r, k, cfg, opt))
+    opt, step = optimizer(cfg), _learner(cfg)
     key, last = jax.random.key(seed), 0.0
     with Actors(make_env, cfg.num_envs, cfg.num_steps, actors, seed, deterministic) as pool:
         model = ActorCritic(pool.observation_shape, pool.num_actions, cfg.hidden, key=key)

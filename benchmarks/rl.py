@@ -1,0 +1,313 @@
+"""frost.rl beside gymnax, gymnasium and a CleanRL-style PyTorch PPO, in one run.
+
+    python benchmarks/rl.py                  # the three tables below, 5 seeds (about 25 min on 2 cores)
+    python benchmarks/rl.py --quick          # small counts, 1 seed, torch capped at 60k steps: checks it runs
+    python benchmarks/rl.py --part envs      # one part: envs, solve or sebulba
+
+1. envs: CartPole-v1 env steps/s under a random policy with 1, 64 and 4096 envs: Frost's jnp
+   CartPole and gymnax's, each a jitted lax.scan of the vmapped step (random actions drawn inside);
+   gymnasium's SyncVectorEnv, AsyncVectorEnv (one process per env, so not at 4096) and its numpy
+   CartPoleVectorEnv, stepping precomputed random actions. Median of 5 timed runs after a warm-up.
+2. solve: seconds until the greedy policy's mean return over 100 evaluation episodes reaches 475,
+   for Frost's Anakin PPO (`frost rl ppo --env cartpole --seeds 5`: all seeds in one program,
+   compilation included) and for the PPO of CleanRL's ppo.py written out below in PyTorch, on
+   gymnasium's SyncVectorEnv, one seed after another, with the same hyper-parameters
+   (frost.rl.ppo.Config: 4 envs x 128 steps, 4 epochs of 4 minibatches, Adam 2.5e-4 annealed, ...)
+   and the same orthogonal initialisation. Both evaluate once the training return reaches 400,
+   at the same update counts (every 16 updates); the evaluation is not timed. Median over seeds.
+3. sebulba: PPO training env steps/s on gymnasium's own CartPole-v1, 8 envs: Frost Sebulba
+   (2 actor processes) against the same torch PPO on AsyncVectorEnv(8) (and SyncVectorEnv), same
+   hyper-parameters; whole run (start-up included) and steady state (after the first update).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import math
+import os
+import statistics
+import sys
+import time
+
+import gymnasium
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import header  # noqa: E402
+
+from frost.rl import actors, anakin, envs, ppo  # noqa: E402
+from frost.rl.cli import _evaluator  # noqa: E402
+
+SAME_STEP = gymnasium.vector.AutoresetMode.SAME_STEP  # reset in the step that ends an episode, as frost.rl
+
+
+def median_rate(run, count, repeats=5):
+    """Median of `repeats` timings of run() (after one untimed call), as count / seconds."""
+    run()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - t0)
+    return count / statistics.median(times)
+
+
+def jnp_rate(reset, step, n, steps):
+    """Env steps/s of a jitted scan of `steps` vmapped steps of n envs, random actions drawn inside."""
+    def rollout(state, key):
+        def body(state, key):
+            k_act, k_step = jax.random.split(key)
+            out = jax.vmap(step)(jax.random.split(k_step, n), state, jax.random.randint(k_act, (n,), 0, 2, jnp.int32))
+            return out[1], out[2].sum()  # (obs, state, reward, ...): gymnax 1.0 returns terminated and truncated
+        return lax.scan(body, state, jax.random.split(key, steps))
+    run = jax.jit(rollout)
+    state = jax.vmap(reset)(jax.random.split(jax.random.key(0), n))[1]
+    return median_rate(lambda: jax.block_until_ready(run(state, jax.random.key(1))), n * steps)
+
+
+def gym_rate(vec, n, steps):
+    actions = np.random.default_rng(0).integers(0, 2, (steps, n))
+    vec.reset(seed=0)
+
+    def run():
+        for a in actions:
+            vec.step(a)
+    try:
+        return median_rate(run, n * steps, repeats=3)
+    finally:
+        vec.close()
+
+
+def part_envs(quick):
+    import gymnax
+    frost_env = envs.make("cartpole")
+    gx, params = gymnax.make("CartPole-v1")
+    make = functools.partial(gymnasium.make, "CartPole-v1")
+    scale = 10 if quick else 1
+    rows = []
+    for n in (1, 64, 4096):
+        steps = max(200_000 // n // scale, 20)  # jnp: scan length
+        gsteps = max(20_000 // n // scale, 5)  # gymnasium: vector steps
+        row = {"envs": n,
+               "frost": jnp_rate(frost_env.reset, frost_env.step, n, steps),
+               "gymnax": jnp_rate(lambda k: gx.reset(k, params), lambda k, s, a: gx.step(k, s, a, params), n, steps),
+               "sync": gym_rate(gymnasium.vector.SyncVectorEnv([make] * n, autoreset_mode=SAME_STEP), n, gsteps),
+               "vector": gym_rate(gymnasium.make_vec("CartPole-v1", n, vectorization_mode="vector_entry_point"), n,
+                                  gsteps)}
+        if n <= (1 if quick else 64):
+            row["async"] = gym_rate(gymnasium.vector.AsyncVectorEnv([make] * n, autoreset_mode=SAME_STEP), n,
+                                    max(gsteps // 4, 5))
+        print(row, file=sys.stderr, flush=True)
+        rows.append(row)
+    out = ["| envs | Frost jnp | gymnax | gymnasium Sync | gymnasium Async | gymnasium CartPoleVectorEnv | "
+           "frost/gymnax | frost/Sync | frost/Async | frost/vector |", "|" + " ---: |" * 10]
+    for r in rows:
+        a = r.get("async")
+        rate, ratio = ("n/a", "n/a") if a is None else (f"{a:,.0f}", f"{r['frost'] / a:.1f}")
+        out.append(f"| {r['envs']} | {r['frost']:,.0f} | {r['gymnax']:,.0f} | {r['sync']:,.0f} | {rate} | "
+                   f"{r['vector']:,.0f} | {r['frost'] / r['gymnax']:.2f} | {r['frost'] / r['sync']:.1f} | {ratio} | "
+                   f"{r['frost'] / r['vector']:.1f} |")
+    return "env steps/s, random policy, CartPole-v1\n\n" + "\n".join(out)
+
+
+# --- CleanRL's ppo.py, in PyTorch ------------------------------------------------------------------
+
+def torch_ppo(vec, cfg: ppo.Config, seed: int, on_update):
+    """CleanRL ppo.py (Huang et al. 2022) on a gymnasium vector env of cfg.num_envs envs; calls
+    `on_update(u, steps, train_return, policy)` after each update (True from it stops the run)."""
+    import torch
+    from torch import nn
+    torch.manual_seed(seed)
+
+    def layer(n_in, n_out, std):
+        lin = nn.Linear(n_in, n_out)
+        nn.init.orthogonal_(lin.weight, std)
+        nn.init.constant_(lin.bias, 0.0)
+        return lin
+    obs_dim, n_act = vec.single_observation_space.shape[0], vec.single_action_space.n
+    actor = nn.Sequential(layer(obs_dim, cfg.hidden, 2 ** 0.5), nn.Tanh(), layer(cfg.hidden, cfg.hidden, 2 ** 0.5),
+                          nn.Tanh(), layer(cfg.hidden, n_act, 0.01))
+    critic = nn.Sequential(layer(obs_dim, cfg.hidden, 2 ** 0.5), nn.Tanh(), layer(cfg.hidden, cfg.hidden, 2 ** 0.5),
+                           nn.Tanh(), layer(cfg.hidden, 1, 1.0))
+    params = list(actor.parameters()) + list(critic.parameters())
+    opt = torch.optim.Adam(params, lr=cfg.lr, eps=1e-5)
+    T, N = cfg.num_steps, cfg.num_envs
+    obs_b, act_b, logp_b, rew_b, done_b, val_b = (torch.zeros((T, N, obs_dim)), *(torch.zeros((T, N)) for _ in range(5)))
+    next_obs, next_done = torch.tensor(vec.reset(seed=seed)[0]), torch.zeros(N)
+    running, finished = np.zeros(N), []
+
+    def policy(obs):  # greedy, for evaluation
+        with torch.no_grad():
+            return actor(torch.as_tensor(obs)).argmax(-1).numpy()
+    for u in range(cfg.updates):
+        opt.param_groups[0]["lr"] = (1.0 - u / cfg.updates) * cfg.lr
+        for t in range(T):
+            obs_b[t], done_b[t] = next_obs, next_done
+            with torch.no_grad():
+                dist = torch.distributions.Categorical(logits=actor(next_obs))
+                action = dist.sample()
+                logp_b[t], val_b[t] = dist.log_prob(action), critic(next_obs)[:, 0]
+            act_b[t] = action
+            obs, reward, term, trunc, _ = vec.step(action.numpy())
+            done = term | trunc
+            running += reward
+            finished += list(running[done])
+            running[done] = 0.0
+            rew_b[t], next_obs, next_done = torch.tensor(reward), torch.tensor(obs), torch.tensor(done, dtype=torch.float32)
+        with torch.no_grad():  # GAE, CleanRL's indexing: done_b[t] marks obs_b[t] as an episode's first
+            next_value, adv, last = critic(next_obs)[:, 0], torch.zeros((T, N)), 0.0
+            for t in reversed(range(T)):
+                live, nv = (1.0 - next_done, next_value) if t == T - 1 else (1.0 - done_b[t + 1], val_b[t + 1])
+                delta = rew_b[t] + cfg.gamma * nv * live - val_b[t]
+                adv[t] = last = delta + cfg.gamma * cfg.gae_lambda * live * last
+            ret = adv + val_b
+        b = [x.reshape(T * N, *x.shape[2:]) for x in (obs_b, act_b, logp_b, adv, ret, val_b)]
+        size = T * N // cfg.minibatches
+        for _ in range(cfg.epochs):
+            order = np.random.permutation(T * N)
+            for start in range(0, T * N, size):
+                i = order[start:start + size]
+                o, a, lp, ad, rt, v = (x[i] for x in b)
+                dist = torch.distributions.Categorical(logits=actor(o))
+                ratio = (dist.log_prob(a.long()) - lp).exp()
+                ad = (ad - ad.mean()) / (ad.std() + 1e-8)
+                pg = torch.max(-ad * ratio, -ad * ratio.clamp(1 - cfg.clip_eps, 1 + cfg.clip_eps)).mean()
+                value = critic(o)[:, 0]
+                clipped = v + (value - v).clamp(-cfg.clip_eps, cfg.clip_eps)
+                v_loss = 0.5 * torch.max((value - rt) ** 2, (clipped - rt) ** 2).mean()
+                loss = pg - cfg.ent_coef * dist.entropy().mean() + cfg.vf_coef * v_loss
+                opt.zero_grad()
+                loss.backward()
+                nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+                opt.step()
+        recent = float(np.mean(finished[-20:])) if finished else 0.0
+        if on_update(u, (u + 1) * T * N, recent, policy):
+            break
+    vec.close()
+
+
+class Solved(Exception):
+    pass
+
+
+EVAL_EVERY, GATE, GOAL = 16, 400.0, 475.0
+
+
+def host_return(policy, seed):
+    return actors.evaluate(functools.partial(gymnasium.make, "CartPole-v1"), policy, seed=seed)
+
+
+def part_solve(seeds, torch_cap):
+    cfg = ppo.Config()
+    env, per_update = envs.make("cartpole"), cfg.num_envs * cfg.num_steps
+    # Frost: all seeds in one program, the clock from before compiling; stops once every seed solved.
+    solved, paused, t0 = {}, 0.0, time.perf_counter()
+    keys = jax.vmap(lambda s: jax.random.fold_in(jax.random.key(s), 1 << 20))(np.asarray(seeds, np.uint32))
+
+    def on_chunk(runner, metrics, done):
+        nonlocal paused
+        train_return = np.asarray(metrics["return"][:, -1])  # waits for the chunk
+        now = time.perf_counter() - t0 - paused
+        if train_return.max() >= GATE:
+            e0 = time.perf_counter()
+            returns = np.asarray(_evaluator("ppo", "cartpole")(runner.model, keys))
+            paused += time.perf_counter() - e0
+            for s, r in zip(seeds, returns):
+                if r >= GOAL and s not in solved:
+                    solved[s] = (now, done * per_update)
+        if len(solved) == len(seeds):
+            raise Solved
+    init, iteration = ppo.anakin(env, cfg)
+    try:
+        anakin.run(init, iteration, seeds, cfg.updates, on_chunk, chunk=EVAL_EVERY)
+    except Solved:
+        pass
+    frost = {s: solved.get(s) for s in seeds}
+    print("frost", frost, file=sys.stderr, flush=True)
+    # torch: one seed after another, evaluated at the same update counts
+    torch_rows = {}
+    for s in seeds:
+        state = {"paused": 0.0, "t0": time.perf_counter(), "solved": None}
+
+        def on_update(u, steps, train_return, policy, state=state, s=s):
+            if (u + 1) % EVAL_EVERY or train_return < GATE:
+                return steps >= torch_cap
+            now = time.perf_counter() - state["t0"] - state["paused"]
+            e0 = time.perf_counter()
+            r = host_return(policy, s)
+            state["paused"] += time.perf_counter() - e0
+            if r >= GOAL:
+                state["solved"] = (now, steps)
+            return state["solved"] is not None or steps >= torch_cap
+        vec = gymnasium.vector.SyncVectorEnv([functools.partial(gymnasium.make, "CartPole-v1")] * cfg.num_envs,
+                                             autoreset_mode=SAME_STEP)
+        torch_ppo(vec, cfg, s, on_update)
+        torch_rows[s] = state["solved"]
+        print("torch", s, state["solved"], file=sys.stderr, flush=True)
+
+    def cell(x):
+        return "not solved" if x is None else f"{x[0]:.1f} s ({x[1] // 1000}k steps)"
+    out = [f"| seed | Frost Anakin PPO ({len(seeds)} seeds in one program) | torch PPO + SyncVectorEnv | torch/frost |",
+           "| ---: | ---: | ---: | ---: |"]
+    for s in seeds:
+        f, t = frost[s], torch_rows[s]
+        out.append(f"| {s} | {cell(f)} | {cell(t)} | {t[0] / f[0]:.1f} |" if f and t else f"| {s} | {cell(f)} | {cell(t)} | n/a |")
+    med = [statistics.median([x[0] for x in d.values() if x]) if any(d.values()) else math.nan
+           for d in (frost, torch_rows)]
+    out.append(f"| median | {med[0]:.1f} s | {med[1]:.1f} s | {med[1] / med[0]:.1f} |")
+    return (f"seconds to a mean evaluation return >= {GOAL:g} (100 greedy episodes), CartPole-v1; "
+            f"torch capped at {torch_cap // 1000}k steps\n\n" + "\n".join(out))
+
+
+def part_sebulba(steps):
+    cfg = ppo.Config(num_envs=8, total_steps=steps)
+    make = functools.partial(gymnasium.make, "CartPole-v1")
+    rows = []
+
+    def timed(name, train):
+        marks = []
+        t0 = time.perf_counter()
+        train(lambda: marks.append(time.perf_counter()))
+        total = time.perf_counter() - t0
+        done = cfg.updates * cfg.num_envs * cfg.num_steps
+        steady = (done - cfg.num_envs * cfg.num_steps) / (marks[-1] - marks[0])
+        rows.append((name, done / total, steady))
+        print(rows[-1], file=sys.stderr, flush=True)
+    for deterministic in (False, True):
+        timed(f"Frost Sebulba, 2 actors{', deterministic' if deterministic else ''}",
+              lambda mark, d=deterministic: ppo.sebulba(make, cfg, 0, 2, d, on_update=lambda u, m: mark()))
+    for name, vec in (("AsyncVectorEnv", gymnasium.vector.AsyncVectorEnv), ("SyncVectorEnv", gymnasium.vector.SyncVectorEnv)):
+        timed(f"torch PPO + {name}",
+              lambda mark, vec=vec: torch_ppo(vec([make] * 8, autoreset_mode=SAME_STEP), cfg, 0,
+                                              lambda *a: mark()))
+    base = {r[0]: r for r in rows}["torch PPO + AsyncVectorEnv"]
+    out = ["| PPO on gymnasium CartPole-v1, 8 envs | steps/s, whole run | steps/s, steady | "
+           "frost/Async whole | frost/Async steady |", "| --- | ---: | ---: | ---: | ---: |"]
+    for name, whole, steady in rows:
+        out.append(f"| {name} | {whole:,.0f} | {steady:,.0f} | {whole / base[1]:.2f} | {steady / base[2]:.2f} |")
+    return f"training env steps/s, {steps // 1000}k steps\n\n" + "\n".join(out)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true", help="small counts, 1 seed: checks that everything runs")
+    p.add_argument("--part", choices=("envs", "solve", "sebulba"), action="append", help="run only these parts")
+    args = p.parse_args()
+    parts = args.part or ["envs", "solve", "sebulba"]
+    seeds = [0] if args.quick else [0, 1, 2, 3, 4]
+    report = [header("frost.rl: environments, Anakin PPO, Sebulba PPO", libraries=("jax", "gymnax", "gymnasium", "torch"))]
+    if "envs" in parts:
+        report.append(part_envs(args.quick))
+    if "solve" in parts:
+        report.append(part_solve(seeds, 60_000 if args.quick else 500_000))
+    if "sebulba" in parts:
+        report.append(part_sebulba(16_384 if args.quick else 102_400))
+    print("\n\n".join(report))
+
+
+if __name__ == "__main__":
+    main()
