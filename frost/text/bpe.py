@@ -167,12 +167,12 @@ def _mp_context():
     return get_context("forkserver" if os.name == "posix" else "spawn")
 
 
-def _count_batch(args: tuple[str, list[str]]) -> Counter:
+def _count_batch(args: tuple[str, list[str]]) -> tuple[Counter, int]:
     pattern, texts = args
     counts = Counter()
     for text in texts:
         counts.update(split_chunks(pattern, text))
-    return counts
+    return counts, sum(map(len, texts))
 
 
 def count_chunks(texts: Iterable[str] | str, pattern: str = GPT4_PATTERN, workers: int | None = None,
@@ -181,10 +181,10 @@ def count_chunks(texts: Iterable[str] | str, pattern: str = GPT4_PATTERN, worker
     advanced by characters read; `started`: see `parallel_map`."""
     total = Counter()
     batches = ((pattern, b) for b in _batches(_pieces(texts)))
-    for counts in parallel_map(_count_batch, batches, workers, started=started):
+    for counts, n_chars in parallel_map(_count_batch, batches, workers, started=started):
         total.update(counts)
         if progress is not None:
-            progress.update(sum(len(c) * n for c, n in counts.items()))
+            progress.update(n_chars)
     return total
 
 
