@@ -136,6 +136,18 @@ def test_gpt2_tokenizer_files_give_hf_ids(tmp_path):
         text_io.load_gpt2(tmp_path)
 
 
+def test_frost_sample_hf_samples_from_a_gpt2_folder(tmp_path, capsys):
+    from frost.cli import main as cli
+    tok = text.train(text.kjv_text()[:20000], 320, pattern=text_io.GPT2_PATTERN, special_tokens=["<|endoftext|>"])
+    write_gpt2_tokenizer_files(tok, tmp_path)
+    config = transformers.GPT2Config(vocab_size=tok.vocab_size, n_positions=32, n_embd=32, n_layer=1, n_head=2)
+    transformers.GPT2LMHeadModel(config).save_pretrained(tmp_path)
+    assert cli(["sample", "--hf", str(tmp_path), "--prompt", "And God said", "--tokens", "6"]) == 0
+    assert capsys.readouterr().out.startswith("And God said")
+    assert cli(["sample", "--hf", str(tmp_path), str(tmp_path)]) == 2  # a run directory or --hf, not both
+    assert "one of them" in capsys.readouterr().err
+
+
 # --- torchvision ResNets ---
 
 class Basic(torch.nn.Module):

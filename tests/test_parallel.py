@@ -48,7 +48,7 @@ def test_fsdp_stores_an_eighth_per_device(strategies):
 
 
 def test_wrong_mesh_names_axis_and_sizes(strategies):
-    assert strategies["batch_error"] == ("batch size 12 is not divisible by mesh axis 'data' of size 8; "
+    assert strategies["batch_error"] == ("--batch-size 12 is not divisible by mesh axis 'data' of size 8; "
                                          "choose a batch size that is a multiple of 8")
     assert "data=3 x model=1 = 3 devices, but 8 are visible" in strategies["mesh_error"]
 

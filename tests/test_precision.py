@@ -151,3 +151,42 @@ def test_loss_scale_skips_overflowing_steps_then_grows_back():
     for finite in [True] * 10 + [False, True]:
         state = precision.adjust(state, jnp.bool_(finite), period=10)
     assert (float(state.scale), int(state.good_steps), int(state.skipped)) == (4.0, 1, 1)  # x2 after 10, /2 once
+
+
+# --- in the training step (frost.train.loop.train_step(precision=...)) -------------------------
+
+def step_losses(model, batch, precision_name, steps=50):
+    """Losses of `steps` AdamW steps of frost's training step at `precision_name`, in one scan."""
+    from frost import optim
+    from frost.train import loop
+    opt = optim.adamw(3e-3)
+    opt = precision.dynamic_scaling(opt) if precision_name == "fp16" else opt
+    step = loop.train_step(opt, precision=precision_name)
+
+    def body(carry, key):
+        model, state = carry
+        model, state, metrics = step(model, state, batch, key)
+        return (model, state), (metrics["loss"], metrics["finite"], metrics.get("overflow_skipped", 0))
+    run = jax.jit(lambda m, s: jax.lax.scan(body, (m, s), jax.random.split(jax.random.key(0), steps))[1])
+    return [np.asarray(a) for a in run(model, opt.init(model))]
+
+
+@pytest.mark.parametrize("name", ["gpt", "resnet"])
+def test_bf16_and_fp16_training_steps_track_fp32_over_50_steps(name, key):
+    rng = np.random.default_rng(0)
+    if name == "gpt":
+        model = build(lambda k: gpt.GPT(64, 32, 2, 4, 16, rotary=True, key=k), key)
+        ids = jnp.asarray(rng.integers(0, 64, (8, 17)), jnp.int32)
+        batch = (ids[:, :-1], ids[:, 1:])
+    else:
+        model = build(lambda k: resnet.ResNet(resnet.BasicBlock, (1, 1), (4, 8), 3, 1, False, "A", key=k), key)
+        batch = (jnp.asarray(rng.standard_normal((16, 8, 8, 1)), jnp.float32),
+                 jnp.asarray(rng.integers(0, 3, 16), jnp.int32))
+    fp32, _, _ = step_losses(model, batch, "fp32")
+    assert fp32[-1] < 0.8 * fp32[0]  # it learns
+    for low in ("bf16", "fp16"):
+        losses, finite, skipped = step_losses(model, batch, low)
+        assert finite.all() and int(skipped[-1]) == 0
+        # stated tolerance: every loss within 3% (bf16) / 1% (fp16) of the fp32 run's, relative to the first
+        tol = 0.03 if low == "bf16" else 0.01
+        assert np.max(np.abs(losses - fp32)) < tol * fp32[0], (low, losses[-5:], fp32[-5:])

@@ -168,9 +168,10 @@ def test_every_registry_optimizer_trains_in_the_step(name):
 def test_frost_train_and_plot_on_fashion_mnist(tmp_path, capsys):
     out = tmp_path / "run"
     assert cli(["train", "resnet20", "--max-steps", "2", "--limit", "128", "--batch-size", "64", "--workers", "0",
-                "--out", str(out)]) == 0
+                "--out", str(out), "--log", "tensorboard"]) == 0
     text = capsys.readouterr().out
     assert "test accuracy" in text and (out / "metrics.jsonl").exists() and checkpoint.latest(out / "checkpoints")
+    assert list((out / "tensorboard").glob("events.out.tfevents.*"))
     assert json.loads((out / "result.json").read_text())["steps"] == 2
     assert cli(["train", "resnet20", "--limit", "128", "--out", str(out)]) == 2
     assert "--resume" in capsys.readouterr().err

@@ -5,7 +5,9 @@
 - "pallas": `frost.kernels.flash_attention`, Frost's Pallas flash-attention kernels (forward and
   backward). Compiled through Triton on a GPU; on a CPU it runs in Pallas interpret mode, which
   is correct but slow (tests only).
-- "xla": `jax.nn.dot_product_attention` (its default XLA implementation), for CPUs and TPUs.
+- "xla": the kernel file's plain-jnp `attention_reference` (scores and softmax in float32, so a
+  bfloat16 model keeps them in float32), which XLA fuses; for CPUs and TPUs. It is tested
+  against `jax.nn.dot_product_attention`.
 - None (auto): the module default if one is set, else "pallas" on a GPU and "xla" elsewhere.
 
 The module default comes from the environment variable FROST_ATTENTION=pallas|xla at import,
@@ -22,9 +24,8 @@ from __future__ import annotations
 import os
 
 import jax
-import jax.numpy as jnp
 
-from frost.kernels.attention import flash_attention
+from frost.kernels.attention import attention_reference, flash_attention
 
 IMPLEMENTATIONS = ("pallas", "xla")
 
@@ -56,16 +57,4 @@ def dot_product_attention(q, k, v, *, causal: bool, key_padding_mask=None, scale
     """softmax(scale q k^T) v per batch and head; scale defaults to 1/sqrt(D). See the module docstring."""
     if attention_implementation(implementation) == "pallas":
         return flash_attention(q, k, v, causal=causal, key_padding_mask=key_padding_mask, scale=scale)
-    mask = None if key_padding_mask is None else key_padding_mask[:, None, None, :]  # (B, 1, 1, S)
-    with jax.numpy_dtype_promotion("standard"):  # jax.nn promotes bf16 to f32 internally (refused under "strict")
-        out = jax.nn.dot_product_attention(q, k, v, mask=mask, scale=scale, is_causal=causal)
-    if key_padding_mask is None:
-        return out
-    # jax.nn averages v over a row whose keys are all masked; give zeros there, as the kernel does.
-    t, s = q.shape[1], k.shape[1]
-    if causal:  # row i may attend keys 0..i: does any of them survive the mask?
-        seen = jnp.cumsum(key_padding_mask.astype(jnp.int32), axis=1) > 0  # (B, S)
-        has_key = seen[:, jnp.minimum(jnp.arange(t), s - 1)]  # (B, T)
-    else:
-        has_key = jnp.broadcast_to(key_padding_mask.any(axis=1, keepdims=True), (q.shape[0], t))
-    return jnp.where(has_key[:, :, None, None], out, jnp.zeros((), out.dtype))
+    return attention_reference(q, k, v, causal=causal, key_padding_mask=key_padding_mask, scale=scale)

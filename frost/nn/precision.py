@@ -25,6 +25,10 @@ gradients overflow, and doubles it after `period` good steps (as NVIDIA apex and
     grads = unscale(scaler, grads)
     finite = frost.optim.all_finite(grads)
     scaler = adjust(scaler, finite)          # apply the update only where `finite`
+
+`dynamic_scaling(optimizer)` keeps that state in the optimizer's (so it is checkpointed with it)
+and does the unscaling, skipping and adjusting; frost.train's step finds it there and scales
+the loss (`--precision fp16`).
 """
 from __future__ import annotations
 
@@ -36,6 +40,7 @@ import jax.numpy as jnp
 
 from frost.config import UsageError
 from frost.nn.module import buffer_mask
+from frost.optim import GradientTransformation, all_finite
 
 
 def cast(tree, dtype):
@@ -106,3 +111,23 @@ def adjust(state: LossScale, finite, period: int = 2000, factor: float = 2.0, mi
                       jnp.maximum(state.scale / factor, min_scale))
     good = jnp.where(finite & ~grown, state.good_steps + 1, 0)
     return LossScale(scale.astype(jnp.float32), good.astype(jnp.int32), state.skipped + (~finite).astype(jnp.int32))
+
+
+class ScaledState(NamedTuple):
+    inner: Any
+    scale: LossScale
+
+
+def dynamic_scaling(inner, initial: float = 2.0 ** 15, period: int = 2000) -> GradientTransformation:
+    """`inner` for loss-scaled gradients: divide them by the scale in this state, and on overflow
+    return zero updates with inner's state unchanged; then `adjust` the scale. The training step
+    multiplies the loss by `find_states(opt_state, ScaledState)[0].scale.scale` before `grad`."""
+    def update(grads, state, params=None):
+        grads = unscale(state.scale, grads)
+        ok = all_finite(grads)
+        grads = jax.tree.map(lambda g: jnp.where(ok, g, jnp.zeros_like(g)), grads)
+        out, inner_state = inner.update(grads, state.inner, params)
+        inner_state = jax.tree.map(lambda new, old: jnp.where(ok, new, old), inner_state, state.inner)
+        out = jax.tree.map(lambda u: jnp.where(ok, u, jnp.zeros_like(u)), out)
+        return out, ScaledState(inner_state, adjust(state.scale, ok, period))
+    return GradientTransformation(lambda params: ScaledState(inner.init(params), loss_scale(initial)), update)

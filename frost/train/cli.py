@@ -22,8 +22,8 @@ def add_commands(sub) -> None:
     p.add_argument("--process-id", type=int, help="this process's index (or FROST_PROCESS_ID)")
     p.set_defaults(run=_train)
 
-    p = sub.add_parser("sample", help="generate text from a trained GPT run")
-    p.add_argument("run_dir")
+    p = sub.add_parser("sample", help="generate text from a trained GPT run (or a Hugging Face GPT-2 folder)")
+    p.add_argument("run_dir", nargs="?")
     add_options(p, [SampleConfig])
     p.set_defaults(run=lambda args: print(_lm().sample(from_args(SampleConfig, args, run_dir=args.run_dir))))
 

@@ -24,6 +24,12 @@ def _mesh(spec):
     parse_mesh(spec)  # raises UsageError
 
 
+def _log(kind):
+    import importlib.util
+    if kind == "tensorboard" and importlib.util.find_spec("tensorboardX") is None:
+        raise UsageError("--log tensorboard: needs tensorboardX (pip install 'frost[log]')")
+
+
 def _whole(check):
     return lambda x: "must be a whole number" if not isinstance(x, int) or isinstance(x, bool) else check(x)
 
@@ -55,6 +61,10 @@ class Config(Checked):
                                "checkpoint) or skip the step", choices=("stop", "skip"))
     max_skips: int = option(10, "with --on-nonfinite skip: consecutive skipped steps before stopping",
                             _whole(positive))
+    precision: str = option("fp32", "compute dtype of the forward and backward pass; parameters, moments and the "
+                            "loss stay float32 (fp16: with dynamic loss scaling)", choices=("fp32", "bf16", "fp16"))
+    log: str = option("jsonl", "metrics.jsonl, or also TensorBoard event files in OUT/tensorboard", _log,
+                      choices=("jsonl", "tensorboard"))
 
     DEFAULT_LR = 0.1  # for the default optimizer
 
@@ -117,10 +127,16 @@ JOBS = {**{name: ImageConfig for name in RESNETS}, "gpt": LMConfig}
 
 @dataclasses.dataclass(frozen=True)
 class SampleConfig(Checked):
-    run_dir: str = option("runs/gpt", "a `frost train gpt` run directory", cli=False)
+    run_dir: str | None = option(None, "a `frost train gpt` run directory", cli=False)
+    hf: str | None = option(None, "a Hugging Face GPT-2 folder (config.json, model.safetensors, vocab.json, "
+                            "merges.txt) to sample from instead of a run")
     prompt: str = option("In the beginning", "text to continue",
                          lambda p: None if p else "give at least one character")
     tokens: int = option(100, "tokens to generate", _whole(positive))
     temperature: float = option(0.8, "softmax temperature; 0 is greedy", nonnegative)
     top_k: int | None = option(40, "sample among the k likeliest tokens", optional(_whole(positive)))
     seed: int = option(0, "random seed", _whole(nonnegative))
+
+    def check(self):
+        if (self.run_dir is None) == (self.hf is None):
+            raise UsageError("frost sample: give a run directory or --hf PATH (one of them)")

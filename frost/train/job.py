@@ -25,12 +25,13 @@ from typing import Any, Callable, NamedTuple
 import jax
 
 from frost import atomic, data as fdata, optim
+from frost.nn import precision
 from frost.config import UsageError
 from frost.optim.registry import OPTIMIZERS, build, resolve
 from frost.train import loop
 
 # Options that may change when a run is resumed: they steer the run, not its numbers.
-RESUMABLE = {"workers", "max_steps", "on_nonfinite", "max_skips", "out"}
+RESUMABLE = {"workers", "max_steps", "on_nonfinite", "max_skips", "out", "log"}
 
 
 class Data(NamedTuple):
@@ -98,9 +99,11 @@ def claim(cfg, resume: bool) -> pathlib.Path:
 
 
 def make_optimizer(job, cfg, steps: int):
-    """The named optimizer over the job's schedule; Frost's own get the decay mask (matrices only)."""
+    """The named optimizer over the job's schedule; Frost's own get the decay mask (matrices only);
+    with --precision fp16, inside dynamic loss scaling."""
     extra = {"mask": optim.decay_mask, **job.optimizer_args(cfg)} if cfg.optimizer in OPTIMIZERS else {}
-    return build(cfg.optimizer, job.schedule(cfg, steps), weight_decay=cfg.weight_decay, **extra)
+    opt = build(cfg.optimizer, job.schedule(cfg, steps), weight_decay=cfg.weight_decay, **extra)
+    return precision.dynamic_scaling(opt) if cfg.precision == "fp16" else opt
 
 
 def run(job, cfg, resume: bool = False, progress: bool = True) -> dict:
@@ -127,11 +130,11 @@ def _setup(job, cfg, run_dir, resume, progress):
     steps = rows // cfg.batch_size * cfg.epochs
     optimizer = make_optimizer(job, cfg, steps)
     state = loop.TrainState(model, optimizer.init(model), jax.random.fold_in(key, 1))
-    if resume:
-        state = loop.restore(run_dir, state)
     state, shardings, place = loop.distribute(state, cfg.mesh, cfg.strategy, cfg.batch_size)
+    if resume:  # after distributing: each process reads only the shards it holds
+        state = loop.restore(run_dir, state)
     step = loop.make_train_step(optimizer, prepare=d.prepare, shardings=shardings,
-                                hessian=resolve(cfg.optimizer).hessian)
+                                hessian=resolve(cfg.optimizer).hessian, precision=cfg.precision)
     if progress:
         print(f"{cfg.model}: {model.param_count():,} parameters; {d.describe}; {steps} steps of "
               f"{cfg.batch_size}; {cfg.optimizer}, peak lr {cfg.peak_lr:g}; run dir {run_dir}", flush=True)
@@ -154,11 +157,14 @@ def _train(job, cfg, run_dir, progress, d, state, step, place) -> dict:
         state = loop.fit(state, step, loader, epochs=cfg.epochs, run_dir=run_dir, eval_fn=eval_fn,
                          meta={"config": dataclasses.asdict(cfg)}, progress=progress, max_steps=cfg.max_steps,
                          unit=job.unit, count=lambda b: len(b[0]) * per_row, place=place,
-                         eval_name=job.eval_name, on_nonfinite=cfg.on_nonfinite, max_skips=cfg.max_skips)
+                         eval_name=job.eval_name, on_nonfinite=cfg.on_nonfinite, max_skips=cfg.max_skips,
+                         tensorboard=cfg.log == "tensorboard")
     seconds = time.perf_counter() - start
     final = state.last_eval if state.last_eval is not None and cfg.max_steps is None else eval_fn(state.model)
     result = {**{f"{job.eval_name}_{k}": v for k, v in final.items()}, "steps": state.step,
               "skipped": state.skipped, "seconds": seconds,
+              **{"overflow_skipped": int(s.scale.skipped) for s in optim.find_states(state.opt_state,
+                                                                                    precision.ScaledState)},
               f"{job.unit}_per_s": (state.step - first_step) * cfg.batch_size * per_row / seconds,
               **job.finish(cfg, run_dir, state, d)}
     atomic.write(run_dir / "result.json", json.dumps(result, indent=1))

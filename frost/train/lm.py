@@ -114,8 +114,12 @@ def load_run(run_dir):
 
 
 def sample(cfg: SampleConfig, model=None, tok=None) -> str:
-    """Continue `cfg.prompt` with the latest checkpoint of the run in `cfg.run_dir`."""
-    if model is None:
+    """Continue `cfg.prompt` with the latest checkpoint of the run in `cfg.run_dir`, or with the
+    Hugging Face GPT-2 folder `cfg.hf` (its weights and tokenizer, frost.interop)."""
+    if model is None and cfg.hf:
+        from frost import interop
+        model, tok = interop.load_hf_gpt2(cfg.hf), text.io.load_gpt2(cfg.hf)
+    elif model is None:
         model, tok = load_run(cfg.run_dir)
     ids = tok.encode(cfg.prompt)
     room = model.max_len - len(ids)

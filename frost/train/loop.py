@@ -22,7 +22,6 @@ resumed run repeats an uninterrupted one exactly on CPU.
 from __future__ import annotations
 
 import dataclasses
-import json
 import pathlib
 import time
 
@@ -32,7 +31,8 @@ from tqdm import tqdm
 
 from frost import nn, parallel
 from frost.config import FrostError
-from frost.optim import all_finite, apply_updates, update_hessian
+from frost.nn import precision as mixed
+from frost.optim import all_finite, apply_updates, find_states, get_hyperparams, global_norm, update_hessian
 from frost.train import checkpoint, metrics as metrics_log
 from frost.train.losses import HESSIAN, classification_loss, eval_sums
 
@@ -57,33 +57,65 @@ class TrainState:
         return {"model": self.model, "opt_state": self.opt_state, "key": self.key}
 
 
-def train_step(optimizer, loss_fn=classification_loss, prepare=lambda batch: batch, hessian: str | None = None):
+def train_step(optimizer, loss_fn=classification_loss, prepare=lambda batch: batch, hessian: str | None = None,
+               precision: str = "fp32"):
     """The pure step `(model, opt_state, batch, key) -> (model, opt_state, metrics)`, unjitted (so
     it can be vmapped, e.g. over a grid of hyper-parameters held in stacked optimizer states);
-    `prepare` maps the loader's batch to the loss function's (e.g. uint8 images to floats)."""
+    `prepare` maps the loader's batch to the loss function's (e.g. uint8 images to floats).
+
+    `precision` ("fp32", "bf16", "fp16"; frost.nn.precision) runs the forward and backward pass
+    in that dtype with float32 parameters, moments and loss. fp16 needs the optimizer wrapped in
+    `precision.dynamic_scaling`: the loss is multiplied by its scale here, and it skips the
+    updates whose gradients overflow (counted in metrics["overflow_skipped"], not as non-finite)."""
     if hessian is not None and hessian not in HESSIAN:
         raise ValueError(f"hessian={hessian!r}: choose one of {', '.join(HESSIAN)}")
+    policy = mixed.policy(precision)
+
+    def objective(model, batch, key):  # the loss in the policy's compute dtype, returned in float32
+        loss, (stats_model, metrics) = loss_fn(policy.cast_to_compute(model), policy.cast_to_compute(batch), key)
+        return policy.cast_to_output(loss), (policy.cast_to_param(stats_model), metrics)
 
     def step(model, opt_state, batch, key):
         batch = prepare(batch)
-        (loss, (stats_model, metrics)), grads = jax.value_and_grad(loss_fn, has_aux=True)(model, batch, key)
+        scaled = find_states(opt_state, mixed.ScaledState)
+        if precision == "fp16" and not scaled:
+            raise ValueError("precision='fp16' needs the optimizer wrapped in frost.nn.precision.dynamic_scaling")
+        scale = scaled[0].scale.scale if scaled else jnp.float32(1)
+        def scaled_loss(model):  # times the fp16 loss scale (1 otherwise), for the gradient
+            loss, aux = objective(model, batch, key)
+            return loss * scale, aux
+        (loss, (stats_model, metrics)), grads = jax.value_and_grad(scaled_loss, has_aux=True)(model)
+        loss = loss / scale
         new_opt_state = opt_state
         if hessian is not None:
-            new_opt_state = update_hessian(opt_state, lambda: HESSIAN[hessian](loss_fn, model, batch, key))
+            new_opt_state = update_hessian(opt_state, lambda: HESSIAN[hessian](objective, model, batch, key))
         updates, new_opt_state = optimizer.update(grads, new_opt_state, model)
         new_model = nn.update_buffers(apply_updates(model, updates), stats_model)
-        finite = jnp.isfinite(loss) & all_finite(grads) & all_finite(new_model) & all_finite(new_opt_state)
+        finite = jnp.isfinite(loss) & all_finite(new_model) & all_finite(new_opt_state)
+        finite = finite if scaled else finite & all_finite(grads)  # dynamic_scaling handles overflowing grads
         keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(finite, a, b), new, old)  # noqa: E731
-        return keep(new_model, model), keep(new_opt_state, opt_state), dict(metrics, loss=loss, finite=finite)
+        metrics = dict(metrics, loss=loss, finite=finite, grad_norm=global_norm(grads) / scale)
+        metrics.update({"overflow_skipped": s.scale.skipped for s in find_states(new_opt_state, mixed.ScaledState)})
+        metrics.update(_learning_rate(new_opt_state))
+        return keep(new_model, model), keep(new_opt_state, opt_state), metrics
     return step
 
 
+def _learning_rate(opt_state) -> dict:
+    """{"learning_rate": the step's value} for a Frost optimizer's state (the first, with Muon's two)."""
+    try:
+        rates = [v for k, v in get_hyperparams(opt_state).items() if k.endswith("learning_rate")]
+    except ValueError:  # a foreign state whose fields clash
+        rates = []
+    return {"learning_rate": rates[0]} if rates else {}
+
+
 def make_train_step(optimizer, loss_fn=classification_loss, prepare=lambda batch: batch, shardings=None,
-                    hessian: str | None = None):
+                    hessian: str | None = None, precision: str = "fp32"):
     """`train_step(...)` jitted, its model and optimizer state donated. `shardings=(model,
     opt_state, batch)` (see frost.parallel) pins the layout of inputs and outputs on a mesh; the
     step itself is the same function on one device or many."""
-    step = train_step(optimizer, loss_fn, prepare, hessian)
+    step = train_step(optimizer, loss_fn, prepare, hessian, precision)
     if shardings is None:
         return jax.jit(step, donate_argnums=(0, 1))
     model_sh, opt_sh, batch_sh = shardings
@@ -134,18 +166,10 @@ def restore(run_dir, state: TrainState) -> TrainState:
                       skipped=meta.get("skipped", 0))
 
 
-def save(run_dir, state: TrainState, keep: int = 3, **meta) -> pathlib.Path | None:
-    """Checkpoint `state`. Sharded arrays are gathered whole into host memory (across processes
-    too: each process then holds the full state once), and process 0 writes the files."""
+def save(run_dir, state: TrainState, keep: int = 3, **meta) -> pathlib.Path:
+    """Checkpoint `state`: every process calls it and writes the shards it holds (no gather)."""
     meta = dict(meta, step=state.step, loader=state.loader_state, skipped=state.skipped)
-    tree = state.tree()
-    if jax.process_count() > 1:
-        from jax.experimental import multihost_utils
-        key_data = multihost_utils.process_allgather(jax.random.key_data(tree.pop("key")), tiled=True)
-        tree = {**multihost_utils.process_allgather(tree, tiled=True), "key": jax.random.wrap_key_data(key_data)}
-        if jax.process_index() != 0:
-            return None
-    return checkpoint.save(pathlib.Path(run_dir) / "checkpoints", state.step, tree, meta, keep)
+    return checkpoint.save(pathlib.Path(run_dir) / "checkpoints", state.step, state.tree(), meta, keep)
 
 
 class _Policy:
@@ -176,7 +200,7 @@ class _Policy:
 def fit(state: TrainState, train_step, loader, *, epochs: int, run_dir, eval_fn=None, keep: int = 3,
         log_every: int = 20, meta: dict | None = None, progress: bool = True, max_steps: int | None = None,
         unit: str = "images", count=lambda batch: len(jax.tree.leaves(batch)[0]), place=lambda batch: batch,
-        eval_name: str = "test", on_nonfinite: str = "stop", max_skips: int = 10):
+        eval_name: str = "test", on_nonfinite: str = "stop", max_skips: int = 10, tensorboard: bool = False):
     """Train until `loader.epoch == epochs` (or `max_steps`), checkpointing after every epoch.
 
     `loader` is positioned already (a `frost.data.Loader` built with `state=state.loader_state`).
@@ -184,18 +208,15 @@ def fit(state: TrainState, train_step, loader, *, epochs: int, run_dir, eval_fn=
     `run_dir/metrics.jsonl` (records past `state.step` from an earlier attempt are dropped first),
     with the throughput in `unit`s per second (`count(batch)` of them per batch: rows by default).
     `place(batch)` puts a loader batch on the devices (e.g. frost.parallel.global_batch).
+    `tensorboard=True` also writes the records as TensorBoard scalars in `run_dir/tensorboard`.
     """
     if len(loader) == 0:
         raise ValueError("fit: the loader yields no batches (fewer samples than one batch, with drop_last)")
     run_dir = pathlib.Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    metrics_log.rewind(run_dir / "metrics.jsonl", state.step)
     meta = meta or {}
-    with open(run_dir / "metrics.jsonl", "a") as log:
-        def write(record):
-            log.write(json.dumps(record) + "\n")
-            log.flush()
-
+    with metrics_log.Log(run_dir, state.step, tensorboard) as log:
+        write = log.write
         while loader.epoch < epochs and (max_steps is None or state.step < max_steps):
             epoch, start_batch = loader.epoch, loader.batch
             bar = tqdm(total=len(loader), initial=start_batch, desc=f"epoch {epoch + 1}/{epochs}",

@@ -1,4 +1,5 @@
-"""`metrics.jsonl`: one JSON record per line, appended as training goes.
+"""`metrics.jsonl`: one JSON record per line, appended as training goes (and, with
+`Log(..., tensorboard=True)`, the same scalars as TensorBoard event files in `tensorboard/`).
 
 A crash can cut the last line short, and a run resumed from an earlier checkpoint repeats the
 steps after it; `read` skips a cut last line (only the last: damage elsewhere is an error), and
@@ -38,3 +39,31 @@ def rewind(path, step: int) -> None:
     kept = [r for r in records if r.get("step", 0) <= step]
     if len(kept) != len(records) or (text and not text.endswith("\n")):
         atomic.write(path, "".join(json.dumps(r) + "\n" for r in kept))
+
+
+class Log:
+    """Appends records to `run_dir/metrics.jsonl`, rewound to `step` first; with `tensorboard`,
+    writes each record's numbers as TensorBoard scalars at its step too (tensorboardX)."""
+
+    def __init__(self, run_dir, step: int, tensorboard: bool = False):
+        run_dir = pathlib.Path(run_dir)
+        rewind(run_dir / "metrics.jsonl", step)
+        self.file, self.board = open(run_dir / "metrics.jsonl", "a"), None
+        if tensorboard:
+            from tensorboardX import SummaryWriter
+            self.board = SummaryWriter(str(run_dir / "tensorboard"))
+
+    def write(self, record: dict) -> None:
+        self.file.write(json.dumps(record) + "\n")
+        self.file.flush()
+        for name, value in record.items() if self.board else ():
+            if name not in ("step", "epoch") and isinstance(value, (int, float)):
+                self.board.add_scalar(name, value, record["step"])
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.file.close()
+        if self.board:
+            self.board.close()
