@@ -12,23 +12,26 @@ its chunk cache starts cold; HF `encode_batch` (threads); SentencePiece `encode`
 Times are medians of --repeats runs (a third as many on the 50 MB corpus), the libraries taking
 turns within each repeat, so that other work on the machine slows them alike; the load average is
 printed beside each row. HF's encode time includes collecting its ids into lists (a few ms).
-Ratios are frost/peer seconds: below 1 means Frost is faster. A profile of Frost's
-single-process time follows the table.
+Ratios are frost/peer seconds: below 1 means Frost is faster. Notes follow the table: one 40k-
+and one 1M-letter chunk encoded by Frost and HF (the same ids?), and a profile of Frost's
+single-process time.
 """
 from __future__ import annotations
 
 import argparse
 import gc
 import io
+import json
 import os
 import platform
+import random
 import statistics
 import sys
 import time
 from collections import Counter
 from itertools import chain
 
-from frost.text import GPT4_PATTERN, Tokenizer, kjv_text, split_chunks, train, train_counts
+from frost.text import GPT4_PATTERN, Tokenizer, kjv_text, split_chunks, to_hf_json, train, train_counts
 
 
 def hf_train(lines, vocab_size):
@@ -80,6 +83,24 @@ def profile(text: str, vocab_size: int) -> list[str]:
     t_look = time.perf_counter() - t
     out.append(f"encode {vocab_size}: regex split {t_split:.2f} s, BPE of each distinct chunk (cache misses) "
                f"{t_bpe:.2f} s, cache lookups + flatten {t_look:.2f} s")
+    return out
+
+
+def long_chunks(tok: Tokenizer) -> list[str]:
+    """Encoding one very long chunk (the GPT-4 pattern does not cap a run of letters): Frost, and HF
+    tokenizers loaded with Frost's tokenizer (its tokenizer.json export)."""
+    from tokenizers import Tokenizer as HF
+    hf, rng, out = HF.from_str(json.dumps(to_hf_json(tok))), random.Random(0), []
+    for n in (40_000, 1_000_000):
+        chunk = "".join(rng.choices("etaoinshrdlucmfwypvbgk", k=n))
+        t = time.perf_counter()
+        ids = Tokenizer(tok.merges, tok.special, tok.pattern).encode(chunk)
+        t_frost = time.perf_counter() - t
+        t = time.perf_counter()
+        theirs = hf.encode(chunk).ids
+        t_hf = time.perf_counter() - t
+        out.append(f"one {n:,}-letter chunk: frost {t_frost:.2f} s, HF tokenizers {t_hf:.2f} s "
+                   f"({'the same ids' if ids == theirs else 'DIFFERENT ids'}, {len(ids):,} tokens)")
     return out
 
 
@@ -140,6 +161,8 @@ def main(argv=None) -> int:
                 enc["SentencePiece"] = lambda: sp.encode(stripped)
             enc = interleaved(enc, reps)
             ids = enc["frost"][1]
+            if not args.no_peers and name == "KJV" and vocab == vocabs[0]:
+                notes += [f"{name} {vocab}: {line}" for line in long_chunks(tok)]
             if "tiktoken (Frost merges)" in enc:
                 same = sum(a == b for a, b in zip(enc["tiktoken (Frost merges)"][1], ids)) / len(ids)
                 notes.append(f"{name} {vocab}: tiktoken with Frost's merges gives Frost's ids on {100 * same:.2f}% of lines")
