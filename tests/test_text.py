@@ -340,7 +340,8 @@ def test_cli_mistakes_are_one_line(tmp_path, capsys):
              (["train", a, "--vocab-size", "300", "--pattern", ""], "matches the empty string"),
              (["train", a, "--vocab-size", "300", "--pattern", "(x"], "not a valid regex"),
              (["train", a, "--vocab-size", "300", "--workers", "0"], "workers=0"),
-             (["encode", "--tokenizer", tok, a], "tok.json: cannot read")]
+             (["encode", "--tokenizer", tok, a], "tok.json: cannot read"),
+             (["train", a, "--vocab-size", "300", "--hf", str(tmp_path / "no" / "hf.json")], "there is no folder")]
     for argv, message in cases:
         assert main(["tokenizer", *argv, "-o", tok if argv[0] == "train" else str(tmp_path / "t.bin")]) == 2
         err = capsys.readouterr().err

@@ -250,18 +250,14 @@ def _n_tokens(vocab_size: int, special_tokens: Iterable[str]) -> tuple[list[str]
 
 
 def _bar(on: bool, desc: str, unit: str, total=None):
-    """A tqdm progress bar to use in `with`, or (off) a context that yields None."""
+    """A tqdm progress bar to use in `with`, erased when done, or (off) a context that yields None."""
     if not on:
         return contextlib.nullcontext()
     from tqdm import tqdm
 
     class Bar(tqdm):
         monitor_interval = 0  # no monitor thread: a thread makes forking the workers unsafe (so slow)
-
-        def __exit__(self, *error):
-            self.leave = error[0] is None  # after an error, the error message is the last line
-            return super().__exit__(*error)
-    return Bar(total=total, desc=desc, unit=unit, unit_scale=True)
+    return Bar(total=total, desc=desc, unit=unit, unit_scale=True, leave=False)  # the last line: the result, or the error
 
 
 class _Cache(dict):

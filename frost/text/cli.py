@@ -47,7 +47,7 @@ def _train(args) -> int:
     from .bpe import GPT4_PATTERN, stream_files, train
     from .io import save, save_hf
 
-    _size(args.corpus)  # every file is there
+    _checked(args)
     pattern = GPT4_PATTERN if args.pattern is None else args.pattern
     tok = train(stream_files(args.corpus), args.vocab_size, pattern=pattern, special_tokens=args.special,
                 workers=args.workers, progress=True)
@@ -67,7 +67,7 @@ def _encode(args) -> int:
     tok = load(args.tokenizer)
     if args.eot is not None and args.eot not in tok.special:
         raise UsageError(f"--eot {args.eot!r} is not a special token of {args.tokenizer} (it has {list(tok.special)})")
-    dtype, n, bar = token_dtype(tok.vocab_size), [0], _bar(True, "encoding", "B", total=_size(args.corpus))
+    dtype, n, bar = token_dtype(tok.vocab_size), [0], _bar(True, "encoding", "B", total=_checked(args))
 
     def blocks():  # the token file, streamed in blocks to frost's atomic writer
         for path in args.corpus:
@@ -83,9 +83,13 @@ def _encode(args) -> int:
     return 0
 
 
-def _size(paths) -> int:
+def _checked(args) -> int:
+    """The corpus files' total size; UsageError, before any work, if one is missing, or an output's folder."""
+    for out in (args.output, getattr(args, "hf", None)):
+        if out and not os.path.isdir(os.path.dirname(os.path.abspath(out))):
+            raise UsageError(f"{out}: there is no folder {os.path.dirname(os.path.abspath(out))} to write it in")
     try:
-        return sum(os.path.getsize(p) for p in paths)
+        return sum(os.path.getsize(p) for p in args.corpus)
     except OSError as e:
         raise UsageError(f"{e.filename}: {e.strerror}") from None
 

@@ -44,9 +44,8 @@ def _jit(fn):
     try:
         return nb.njit(cache=True, nogil=True)(fn)
     except RuntimeError:  # numba: "cannot cache function ...: no locator available"
-        warnings.warn("frost.text: numba has no writable cache folder (NUMBA_CACHE_DIR, __pycache__ beside "
-                      f"{__file__}, ~/.cache/numba), so the BPE merge loop is compiled on every run (seconds); "
-                      "set NUMBA_CACHE_DIR to a writable folder")
+        warnings.warn("frost.text: numba has no writable cache folder, so the BPE merge loop is compiled on "
+                      "every run (seconds); set NUMBA_CACHE_DIR to a writable folder")
         return nb.njit(nogil=True)(fn)
 
 
