@@ -13,13 +13,15 @@ processes (they keep no caches, so each run is a cold one): HF tokenizers' BpeTr
 same regex and byte-level alphabet, and SentencePiece BPE through its Python API (what spm_train
 runs; its own whitespace pre-tokenisation). The tokenizer commands use the King James Bible (4.1
 MB) at vocabulary 8192. Times are medians over --repeats; runs are interleaved, and the load
-average is printed with each row, since other work on the machine slows every run.
+average is printed with each row, since other work on the machine slows every run; CPU seconds
+(user + system, the command's worker processes included) are less sensitive to that.
 """
 from __future__ import annotations
 
 import argparse
 import os
 import pathlib
+import resource
 import shutil
 import statistics
 import subprocess
@@ -84,15 +86,22 @@ class Sandbox:
                 "FROST_CACHE": self.jax, "JAX_COMPILATION_CACHE_DIR": self.jax}
 
 
-def run(argv: list[str], box: Sandbox | None = None) -> float:
-    """Seconds `argv` takes, run in `box` (its folder is the working directory, so that `python -m
-    frost.cli` imports its copy, and its environment), else here."""
+def run(argv: list[str], box: Sandbox | None = None) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of the process and its children) `argv` takes, run in `box` (its
+    folder is the working directory, so that `python -m frost.cli` imports its copy, and its
+    environment), else here."""
+    cpu = _children_cpu()
     start = time.perf_counter()
     done = subprocess.run(argv, env=box and box.env(), cwd=box and box.dir, capture_output=True, text=True)
-    seconds = time.perf_counter() - start
+    seconds, cpu = time.perf_counter() - start, _children_cpu() - cpu
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(argv)} failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    return seconds
+    return seconds, cpu
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def frost_cmd(*args) -> list[str]:
@@ -120,8 +129,8 @@ def main(argv=None) -> int:
     v, times, loads = str(args.vocab_size), {}, {}
     tok, hf, sp, out = root / "tok.json", root / "hf.json", root / "sp", str(root / "ids.bin")
 
-    def note(cmd, run_name, seconds):
-        times.setdefault((cmd, run_name), []).append(seconds)
+    def note(cmd, run_name, wall_cpu):
+        times.setdefault((cmd, run_name), []).append(wall_cpu)
         loads.setdefault(cmd, []).append(os.getloadavg()[0])
 
     def cold_warm(cmd, label, source, argv):  # each command's first run is its own: a fresh copy per command
@@ -165,18 +174,20 @@ def main(argv=None) -> int:
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
-    med = {k: statistics.median(t) for k, t in times.items()}
+    med = {k: statistics.median(w for w, _ in t) for k, t in times.items()}
+    cpu = {k: statistics.median(c for _, c in t) for k, t in times.items()}
     print(f"\n`flock /tmp/frost-bench.lock python benchmarks/coldstart.py {' '.join(argv or sys.argv[1:])}`".rstrip())
     print(f"{_cpu()}, {os.cpu_count()} cores, Python {sys.version.split()[0]}; medians of {reps} runs "
           f"(train commands: {args.repeats or 1}); vocabulary {v} on the KJV (4.1 MB). Ratios: {first}'s time "
           f"over this run's (below 1: {first} is faster)\n")
-    print(f"| command | run | seconds | {first} cold / this | {first} warm / this | load (1 min) |")
-    print("|---|---|---|---|---|---|")
+    print(f"| command | run | seconds | CPU seconds | {first} cold / this | {first} warm / this | load (1 min) |")
+    print("|---|---|---|---|---|---|---|")
     for cmd in dict.fromkeys(k[0] for k in med):
         cold, warm = med[(cmd, f"{first} cold")], med[(cmd, f"{first} warm")]
         for (c, name), s in med.items():
             if c == cmd:
-                print(f"| `{cmd}` | {name} | {s:.2f} | {cold / s:.2f} | {warm / s:.2f} | {statistics.median(loads[cmd]):.1f} |")
+                print(f"| `{cmd}` | {name} | {s:.2f} | {cpu[(c, name)]:.2f} | {cold / s:.2f} | {warm / s:.2f} | "
+                      f"{statistics.median(loads[cmd]):.1f} |")
     return 0
 
 
