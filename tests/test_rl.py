@@ -222,7 +222,8 @@ def test_cli_anakin_ppo_end_to_end(tmp_path, capsys):
 
 @pytest.mark.parametrize("argv, message", [
     (["ppo", "--env", "pong"], "--env 'pong': choose cartpole, catch, breakout or gym:ID"),
-    (["ppo", "--env", "gym:NoSuchEnv-v9"], "gymnasium has no environment 'NoSuchEnv-v9'"),
+    (["ppo", "--env", "gym:NoSuchEnv-v9"], "gymnasium cannot make 'NoSuchEnv-v9'"),
+    (["ppo", "--env", "gym:Pendulum-v1"], "PPO here needs discrete actions, not Box"),
     (["ppo", "--env", "cartpole", "--actors", "2"], "--actors 2: actor processes exist only in --mode sebulba"),
     (["ppo", "--env", "gym:CartPole-v1", "--mode", "anakin"], "use --mode sebulba"),
     (["ppo", "--env", "catch", "--mode", "sebulba"], "--mode sebulba steps host envs"),
@@ -291,8 +292,8 @@ class FailingEnv:
         return self.env.step(action)
 
 
-def policy_net(key=jax.random.key(0)):
-    return ppo.ActorCritic((4,), 2, key=key).actor
+def policy_net():
+    return anakin.jit(lambda key: ppo.ActorCritic((4,), 2, key=key).actor)(jax.random.key(0))
 
 
 def test_sebulba_env_exception_reaches_the_learner():
@@ -314,3 +315,28 @@ def test_sebulba_killed_actor_is_raised_at_once():
             pool.collect()  # its second rollout never comes
         assert time.perf_counter() - t0 < 3
     assert our_children() == [] and frost_segments() == []
+
+
+def test_anakin_shards_seeds_over_devices():
+    """Four seeds on two (forced) CPU devices: each device holds two seeds' runners, and every
+    seed's numbers are what it computes alone."""
+    import subprocess
+    import sys
+    code = """if True:
+        import jax, jax.numpy as jnp, numpy as np
+        from frost.rl import anakin
+        def init(key):
+            return {"x": jax.random.key_data(key).astype(jnp.float32), "n": jnp.zeros((), jnp.int32)}
+        def iteration(r, _):
+            return {"x": r["x"] * 0.5 + 1.0, "n": r["n"] + 1}, r["x"].sum()
+        r = anakin.run(init, iteration, [0, 1, 2, 3], 6, chunk=3)
+        alone = [np.float32([0, s]) for s in range(4)]  # a threefry key's data is (0, seed)
+        for _ in range(6):
+            alone = [x * 0.5 + 1.0 for x in alone]
+        np.testing.assert_allclose(r["x"], np.stack(alone), rtol=1e-6)
+        print(len(r["x"].sharding.device_set), r["x"].sharding.spec, r["n"].tolist())
+    """
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["2", "P('data',)", "[6,", "6,", "6,", "6]"]

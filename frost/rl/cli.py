@@ -66,9 +66,12 @@ class RunConfig(Checked):
         if self.host:
             import gymnasium
             try:
-                gymnasium.spec(self.env[4:])
-            except gymnasium.error.Error:
-                raise UsageError(f"--env {self.env}: gymnasium has no environment {self.env[4:]!r}") from None
+                probe = gymnasium.make(self.env[4:])
+            except gymnasium.error.Error as e:
+                raise UsageError(f"--env {self.env}: gymnasium cannot make {self.env[4:]!r} ({e})") from None
+            probe.close()
+            if not isinstance(probe.action_space, gymnasium.spaces.Discrete):
+                raise UsageError(f"--env {self.env}: PPO here needs discrete actions, not {probe.action_space}")
         out = pathlib.Path(self.out or f"runs/rl-{self.algo}-{self.env.replace(':', '-')}")
         if out.exists() and (not out.is_dir() or any(out.iterdir())):
             raise UsageError(f"--out {out}: holds another run (or is a file); choose a new or empty folder")

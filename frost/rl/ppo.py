@@ -19,7 +19,6 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax import lax
 
 from frost import nn, optim
@@ -193,8 +192,10 @@ def sebulba(make_env, cfg: Config, seed: int = 0, actors: int = 2, deterministic
     opt, step = optimizer(cfg), _learner(cfg)
     key, last = jax.random.key(seed), 0.0
     with Actors(make_env, cfg.num_envs, cfg.num_steps, actors, seed, deterministic) as pool:
-        model = ActorCritic(pool.observation_shape, pool.num_actions, cfg.hidden, key=key)
-        opt_state = opt.init(model)
+        def fresh(key):  # jitted: built op by op, eagerly, the model takes seconds of compiling
+            model = ActorCritic(pool.observation_shape, pool.num_actions, cfg.hidden, key=key)
+            return model, opt.init(model)
+        model, opt_state = jit(fresh)(key)
         pool.submit(model.actor, 0)
         for u in range(cfg.updates):
             rollout, versions = pool.collect()
