@@ -1,24 +1,27 @@
 """The vmapped runner: runs that differ only in hyper-parameter values or seed train together,
 in one compiled program.
 
-Hyper-parameters live in the optimizer state (frost.optim.base), so one optimizer, built once,
-serves a whole grid row: K states are stacked along a leading axis, each gets its values with
-`set_hyperparams`, and `frost.train.loop.train_step` (the one step, with its non-finite policy
-and Sophia's Hessian refresh) is `jax.vmap`ped over (model, optimizer state, key). The schedule
-(10% linear warmup, then cosine to zero) scales each run's peak learning rate inside the step;
-the budget is an argument, so every budget of an optimizer shares one program. A value the state
-does not hold (Sophia's gamma; all of an optax optimizer's) is built in, one group per value.
+`frost.train.loop.train_step` (the one step, with its non-finite policy and Sophia's Hessian
+refresh) is `jax.vmap`ped over stacked (model, optimizer state, key, peak learning rate):
+- the learning rate is a schedule (10% linear warmup, then cosine to zero) times the run's peak,
+  a traced value the optimizer is built around inside the step, so any optimizer that takes a
+  schedule (Frost's, optax's) vmaps over its learning rate; the budget is an argument too, so
+  every budget of an optimizer shares its program;
+- weight decay, momentum and betas live in the state of Frost's optimizers (frost.optim.base):
+  each run gets its values with `set_hyperparams`. A value the state does not hold (Sophia's
+  gamma; an optax optimizer's weight decay) is built in: one group, and program, per value.
 
     for group in groups(workload, data, "lion", runs):
         results = run_group(workload, data, "lion", group)   # one dict per run, in order
 
-Steps run in chunks of CHUNK inside `lax.scan`; batches are drawn on the device from
-(seed, step). Integer leaves of an optimizer state are step counters, equal across a group, so
-they stay unbatched: `lax.cond` in Sophia's refresh then stays a branch instead of becoming a
-select that would compute the Hessian estimate on every step. A run diverges at the first step
-whose loss, gradients or update are non-finite (the step then leaves the run as it was) or whose
-loss exceeds the workload's threshold. A group whose compiled program would take more than half
-the free memory is split in halves, down to one run at a time.
+Steps run CHUNK at a time inside `lax.scan`; batches are drawn on the device from (seed, step).
+Integer leaves of an optimizer state are step counters, equal across a group, so they stay
+unbatched: `lax.cond` in Sophia's refresh then stays a branch, rather than a select that would
+compute the Hessian estimate on every step. A run diverges at the first step whose loss,
+gradients or update are non-finite (the step then leaves the run as it was) or whose loss
+exceeds the workload's threshold. A group whose program would need more than half the free
+memory is split in halves, down to one run at a time. Programs are compiled at LLVM -O2: a third
+less compile time than the default -O3 and the same speed on these models.
 """
 from __future__ import annotations
 
@@ -53,76 +56,73 @@ class Group(NamedTuple):
 
 def unit_lr(t, total):
     """The schedule of a peak learning rate of 1: 10% warmup, then cosine to 0 at step `total`."""
-    return optim.warmup_cosine(1.0, 100, 1000)(1000.0 * t / total)
+    return optim.warmup_cosine(1.0, 100, 1000)(1000 * jnp.asarray(t, jnp.float32) / jnp.asarray(total, jnp.float32))
 
 
-def _extra(workload, data, name) -> dict:
-    """Build arguments of Frost's own optimizers: weight decay on matrices only; Muon's partition."""
-    if ALIASES.get(name, name) not in OPTIMIZERS:
-        return {}
-    extra = {"mask": optim.decay_mask}
-    if name == "muon":
-        extra.update(labels=workload.muon_labels(data.classes), adam_weight_decay=PLACEHOLDER)
-    return extra
+def _make(workload, data, name, built, axes, peak=1.0, total=1):
+    """The optimizer around the schedule `peak * unit_lr(step, total)`; held values are placeholders."""
+    lr = lambda count: peak * unit_lr(count, total)  # noqa: E731
+    extra = {}
+    if ALIASES.get(name, name) in OPTIMIZERS:  # Frost's own: weight decay on matrices only; Muon's partition
+        extra = {"mask": optim.decay_mask}
+        if name == "muon":
+            extra.update(labels=workload.muon_labels(data.classes), adam_weight_decay=PLACEHOLDER,
+                         adam_learning_rate=lambda count: MUON_ADAM_LR * lr(count))
+    held = {a: PLACEHOLDER for a in axes if a not in built and a != "learning_rate"}
+    return build(ALIASES.get(name, name), lr, **held, **built, **extra)
 
 
-def _state_keys(workload, data, name, axes) -> set:
-    """The hyper-parameter names the optimizer's state holds (built with every axis non-zero)."""
-    key = (workload.name, data.classes, name, axes)
-    if key not in _keys:
-        opt = build(ALIASES.get(name, name), 1.0, **{a: PLACEHOLDER for a in axes if a != "learning_rate"},
-                    **_extra(workload, data, name))
+def _held(workload, data, name, axes) -> dict:
+    """{grid name: the state's keys for it} of the hyper-parameters the optimizer's state holds."""
+    tag = (workload.name, data.classes, name, axes)
+    if tag not in _keys:
         model = jax.eval_shape(lambda k: workload.model(data, k), jax.random.key(0))
-        _keys[key] = set(optim.get_hyperparams(jax.eval_shape(opt.init, model)))
-    return _keys[key]
-
-
-def _held(keys, axis) -> list:
-    return [k for k in keys if k == axis or k.endswith("/" + axis)]
+        keys = optim.get_hyperparams(jax.eval_shape(_make(workload, data, name, {}, axes).init, model))
+        _keys[tag] = {a: found for a in axes if a != "learning_rate"
+                      if (found := [k for k in keys if k == a or k.endswith("/" + a)])}
+    return _keys[tag]
 
 
 def groups(workload, data, name, runs) -> list[Group]:
     """Split `runs` (one optimizer, one budget) into groups that can share one program."""
     axes = tuple(runs[0].hyperparams)
-    keys = _state_keys(workload, data, name, axes)
-    built = [a for a in axes if not _held(keys, a)]
+    held = _held(workload, data, name, axes)
+    built = [a for a in axes if a not in held and a != "learning_rate"]
     out = {}
     for r in runs:
         out.setdefault(tuple(r.hyperparams[a] for a in built), []).append(r)
     return [Group(rs, dict(zip(built, values))) for values, rs in out.items()]
 
 
-def _init(workload, data, name, opt, runs, keys):
-    """Stacked (models, optimizer states, peak learning rates, keys, diverged step) of the runs."""
-    seeds = jnp.stack([jax.random.key(r.seed) for r in runs])
-    models = jax.vmap(lambda k: workload.model(data, jax.random.fold_in(k, 0)))(seeds)
-    values = {k: jnp.asarray([r.hyperparams[a] * (MUON_ADAM_LR if k == "adam/learning_rate" else 1.0)
-                              for r in runs], jnp.float32)
-              for a in runs[0].hyperparams for k in _held(keys, a)}
+def _init(workload, data, opt, seeds, values, peaks):
+    """Stacked (models, optimizer states, peak learning rates, keys, diverged step) of K runs from
+    their seeds (K,), the state's hyper-parameters {key: (K,)} and peaks (K,). Run eagerly: its
+    random initialisers take longer to compile as one program than to run op by op."""
+    keys = jax.vmap(jax.random.key)(seeds)
+    models = jax.vmap(lambda k: workload.model(data, jax.random.fold_in(k, 0)))(keys)
     states = jax.vmap(lambda s, v: optim.set_hyperparams(s, **v))(jax.vmap(opt.init)(models), values)
     states = jax.tree.map(lambda x: x[0] if jnp.issubdtype(x.dtype, jnp.integer) else x, states)
-    peaks = {k: jnp.array(v, copy=True) for k, v in values.items() if k.endswith("learning_rate")}  # own buffers
-    return models, states, peaks, jax.vmap(lambda k: jax.random.fold_in(k, 1))(seeds), \
-        jnp.full(len(runs), -1, jnp.int32)
+    return models, states, jnp.asarray(peaks), jax.vmap(lambda k: jax.random.fold_in(k, 1))(keys), \
+        jnp.full(len(seeds), -1)
 
 
-def _program(workload, data, name, opt, threshold):
+def _program(workload, data, name, built, axes, threshold):
     """The jitted chunk: CHUNK steps of every run, returning the carry and each run's mean loss."""
-    step = train_step(opt, classification_loss, hessian=resolve(ALIASES.get(name, name)).hessian)
+    hessian = resolve(ALIASES.get(name, name)).hessian
 
     def chunk(carry, arrays, t0, total):
         def body(c, t):
             models, states, peaks, keys, bad = c
-            axes = jax.tree.map(lambda x: None if jnp.issubdtype(x.dtype, jnp.integer) else 0, states)
+            axes_in = jax.tree.map(lambda x: None if jnp.issubdtype(x.dtype, jnp.integer) else 0, states)
 
             def one(model, state, peak, key):
-                if peak:  # the learning rates the state holds follow the schedule
-                    state = optim.set_hyperparams(state, **{k: v * unit_lr(t, total) for k, v in peak.items()})
+                step = train_step(_make(workload, data, name, built, axes, peak, total), classification_loss,
+                                  hessian=hessian)
                 batch_key, step_key = jax.random.split(jax.random.fold_in(key, t))
                 model, state, metrics = step(model, state, workload.draw(arrays, batch_key), step_key)
                 return model, state, metrics["loss"], metrics["finite"]
-            models, states, loss, finite = jax.vmap(one, in_axes=(0, axes, 0, 0))(models, states, peaks, keys)
-            states = jax.tree.map(lambda x, a: x if a == 0 else jnp.max(x, 0), states, axes)  # counters: shared
+            models, states, loss, finite = jax.vmap(one, in_axes=(0, axes_in, 0, 0))(models, states, peaks, keys)
+            states = jax.tree.map(lambda x, a: x if a == 0 else jnp.max(x, 0), states, axes_in)  # counters: shared
             bad = jnp.where((bad < 0) & ~(finite & (loss <= threshold)), t, bad)
             return (models, states, peaks, keys, bad), loss
         carry, losses = jax.lax.scan(body, carry, t0 + jnp.arange(CHUNK, dtype=jnp.int32))
@@ -136,22 +136,17 @@ def run_group(workload, data, name, group: Group, max_runs: int | None = None) -
     if max_runs is not None and len(runs) > max_runs:
         return [r for i in range(0, len(runs), max_runs)
                 for r in run_group(workload, data, name, Group(runs[i:i + max_runs], built), max_runs)]
-    steps = runs[0].steps
-    keys = _state_keys(workload, data, name, tuple(runs[0].hyperparams))
-    lr = built.get("learning_rate")
-    schedule = 1.0 if lr is None else (lambda count: lr * unit_lr(count, steps))
-    args = {a: PLACEHOLDER for a in runs[0].hyperparams if a not in built and a != "learning_rate"}
-    opt = build(ALIASES.get(name, name), schedule, **args, **{k: v for k, v in built.items() if k != "learning_rate"},
-                **_extra(workload, data, name))
-    carry = _init(workload, data, name, opt, runs, keys)
-    at = (np.int32(0), np.int32(steps))
-    tag = (workload.name, tuple(v.shape for v in data.arrays.values()), name, tuple(sorted(built.items())), len(runs),
-           None if lr is None else steps)
+    steps, axes = runs[0].steps, tuple(runs[0].hyperparams)
+    values = {k: np.asarray([r.hyperparams[a] for r in runs], np.float32)
+              for a, keys in _held(workload, data, name, axes).items() for k in keys}
+    opt = _make(workload, data, name, built, axes)
+    carry = _init(workload, data, opt, np.asarray([r.seed for r in runs], np.int32), values,
+                  np.asarray([r.hyperparams["learning_rate"] for r in runs], np.float32))
+    tag = (workload.name, tuple(v.shape for v in data.arrays.values()), name, tuple(sorted(built.items())), len(runs))
     if tag not in _programs:
-        _programs[tag] = _program(workload, data, name, opt, workload.threshold(data)).lower(
-            carry, data.arrays, *at).compile()
-    program = _programs[tag]
-    stats = program.memory_analysis()
+        _programs[tag] = _program(workload, data, name, built, axes, workload.threshold(data)).lower(
+            carry, data.arrays, np.int32(0), np.int32(steps)).compile({"xla_backend_optimization_level": 2})
+    program, stats = _programs[tag], _programs[tag].memory_analysis()
     need = stats.argument_size_in_bytes + stats.output_size_in_bytes + stats.temp_size_in_bytes
     if len(runs) > 1 and need > 0.5 * os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"):
         return run_group(workload, data, name, group, max(len(runs) // 2, 1))

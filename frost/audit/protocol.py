@@ -41,9 +41,9 @@ GRIDS = {
     "adam": Grid(1.0, (1e-4, 0.0), "b2", (0.95, 0.999)),
     "sgd": Grid(30.0, (5e-4, 0.0), "momentum", (0.9, 0.95)),
     "lion": Grid(0.2, (1.0, 0.0), "b2", (0.99, 0.95)),
-    "sophia": Grid(0.3, (0.1, 0.0), "gamma", (0.01, 0.05)),
-    "sophia-h": Grid(0.3, (0.1, 0.0), "gamma", (0.01, 0.05)),
-    "muon": Grid(10.0, (0.1, 0.0), "momentum", (0.95, 0.9)),
+    "sophia": Grid(0.15, (0.1, 0.0), "gamma", (0.01, 0.05)),
+    "sophia-h": Grid(0.15, (0.1, 0.0), "gamma", (0.01, 0.05)),
+    "muon": Grid(5.0, (0.1, 0.0), "momentum", (0.95, 0.9)),
 }
 ALIASES = {"sgd-nesterov": "sgd"}  # issue 13's name for the registry's "sgd" (Nesterov momentum 0.9)
 MUON_ADAM_LR = 0.1  # Muon's AdamW part (embeddings, head, biases) runs at this times Muon's rate

@@ -49,7 +49,6 @@ def command(cfg) -> str:
 class Audit:
     def __init__(self, cfg):
         self.cfg, self.out = cfg, pathlib.Path(cfg.out)
-        (self.out / "runs").mkdir(parents=True, exist_ok=True)
         self.bar, self.work, self.done, self.trained, self.start = None, 0.0, 0.0, 0.0, time.perf_counter()
 
     def steps(self, wl) -> int:
@@ -65,14 +64,16 @@ class Audit:
         for group in engine.groups(wl, data, name, runs):
             for i in range(0, len(group.runs), n):
                 batch = group.runs[i:i + n]
-                todo = batch + batch[-1:] * (n - len(batch))  # a full batch keeps one program per optimizer
+                pad = n - len(batch) if len(group.runs) > n else 0  # a full batch: one program per optimizer
                 work = sum(r.steps for r in batch) * cost
                 if any(self.load(wl, name, r) is None for r in batch):
-                    results = engine.run_group(wl, data, name, engine.Group(todo, group.built))
-                    for r, result in zip(batch, results):
-                        record = {"workload": wl.name, "optimizer": name, "hyperparams": r.hyperparams,
-                                  "seed": r.seed, **result}
-                        atomic.write(self.out / "runs" / f"{run_id(wl.name, name, r)}.json", json.dumps(record))
+                    results = engine.run_group(wl, data, name, engine.Group(batch + batch[-1:] * pad, group.built))
+                    (self.out / "runs").mkdir(parents=True, exist_ok=True)
+                    for r, result in zip(batch, results):  # a run already on disk keeps its record
+                        path = self.out / "runs" / f"{run_id(wl.name, name, r)}.json"
+                        if not path.exists():
+                            atomic.write(path, json.dumps({"workload": wl.name, "optimizer": name,
+                                                           "hyperparams": r.hyperparams, "seed": r.seed, **result}))
                     self.trained += work
                 self.tick(len(batch), work)
         return [self.load(wl, name, r) for r in runs]

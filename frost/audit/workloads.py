@@ -26,6 +26,7 @@ import numpy as np
 from frost import data as fdata, nn, text
 from frost.config import UsageError
 from frost.models import gpt
+from frost.nn.module import expand_to
 from frost.train import image, lm
 from frost.train.configs import LMConfig
 from frost.train.losses import eval_sums
@@ -90,15 +91,15 @@ class Workload:
 
 
 WORKLOADS = {w.name: w for w in (
-    Workload("gpt-s", "gpt", 32, 2, 8, 300, 1e-2),
+    Workload("gpt-s", "gpt", 32, 1, 8, 300, 1e-2),
     Workload("gpt-m", "gpt", 64, 2, 8, 300, 6e-3),
-    Workload("image-s", "image", 64, 2, 64, 400, 3e-3),
+    Workload("image-s", "image", 64, 2, 64, 400, 6e-3),
     Workload("image-m", "image", 256, 2, 64, 400, 2e-3),
 )}
 
 
 def normalise(x, data: dict):  # uint8 (N, H, W, C) -> float32, per-channel standardised
-    return (x.astype(jnp.float32) / 255 - data["mean"]) / data["std"]
+    return (x.astype(jnp.float32) / 255 - expand_to(data["mean"], x.ndim)) / expand_to(data["std"], x.ndim)
 
 
 def load(kind: str, source: str | None, out: pathlib.Path, progress: bool = True) -> Data:
