@@ -84,7 +84,7 @@ def presets(algo: str, env: str, steps: int | None = None):
     table = {("ppo", "cartpole"): ppo.Config(), ("ppo", "catch"): ppo.Config(total_steps=100_000),
              ("ppo", "breakout"): ppo.Config(num_envs=64, total_steps=5_000_000, lr=5e-4, hidden=256),
              ("ppo", "gym"): ppo.Config(num_envs=8),
-             ("dqn", "cartpole"): dqn.Config(total_steps=100_000),
+             ("dqn", "cartpole"): dqn.Config(total_steps=200_000, lr=2.5e-4, batch_size=128, learning_starts=10_000),
              ("dqn", "catch"): dqn.Config(total_steps=40_000),
              ("dqn", "breakout"): dqn.Config(total_steps=500_000, buffer_size=50_000, learning_starts=5_000,
                                              eps_fraction=0.2, target_every=1_000, hidden=128)}
