@@ -82,7 +82,7 @@ def presets(algo: str, env: str, steps: int | None = None):
     """The hyper-parameters of `algo` on `env` (CleanRL's for PPO on CartPole), `steps` per seed."""
     from frost.rl import dqn, ppo
     table = {("ppo", "cartpole"): ppo.Config(), ("ppo", "catch"): ppo.Config(total_steps=100_000),
-             ("ppo", "breakout"): ppo.Config(num_envs=64, total_steps=5_000_000, lr=5e-4, hidden=256),
+             ("ppo", "breakout"): ppo.Config(num_envs=64, total_steps=1_000_000, lr=5e-4, hidden=256),
              ("ppo", "gym"): ppo.Config(num_envs=8),
              ("dqn", "cartpole"): dqn.Config(total_steps=200_000, lr=2.5e-4, batch_size=128, learning_starts=10_000),
              ("dqn", "catch"): dqn.Config(total_steps=40_000),
