@@ -111,13 +111,13 @@ class Recorder:
 
 
 def _train(args) -> int:
+    cfg = from_args(RunConfig, args, algo=args.algo)  # a user's mistake is answered before JAX loads
     import jax
     import jax.numpy as jnp
     import numpy as np
 
     from frost.rl import anakin, envs, ppo
 
-    cfg = from_args(RunConfig, args, algo=args.algo)
     out, seeds = pathlib.Path(cfg.out), list(range(cfg.seed, cfg.seed + cfg.seeds))
     hp = presets(cfg.algo, cfg.env, cfg.steps)
     if cfg.mode == "sebulba" and hp.num_envs % (cfg.actors or 2):
@@ -227,12 +227,14 @@ def plot(out: pathlib.Path, lines):
 
 
 def _eval(args) -> int:
+    if not (pathlib.Path(args.run_dir) / "checkpoint").is_dir():
+        raise UsageError(f"{args.run_dir}: no checkpoint/ here; is it a `frost rl` run directory?")
     import jax
 
     from frost.train import checkpoint
     path = checkpoint.latest(pathlib.Path(args.run_dir) / "checkpoint")
     if path is None:
-        raise UsageError(f"{args.run_dir}: no checkpoint/ here; is it a `frost rl` run directory?")
+        raise UsageError(f"{args.run_dir}: checkpoint/ holds no complete checkpoint (was the run interrupted?)")
     meta = checkpoint.read_manifest(path)["meta"]
     build = _network(meta["algo"], meta["env"], meta["hidden"])
     template = jax.eval_shape(jax.vmap(build), jax.random.split(jax.random.key(0), len(meta["seeds"])))
