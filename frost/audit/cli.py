@@ -38,7 +38,7 @@ class AuditConfig(Checked):
     data: str | None = option(None, "a UTF-8 text file (with --workload gpt) or an image folder with train/ and "
                               "optionally test/ (with --workload image); default KJV and Fashion-MNIST")
     budget: int | None = option(None, "training steps of each tuning run (a multiple of 10; default: 300 for gpt, "
-                                "400 for image, a third of that with --quick)", optional(_whole(20)))
+                                "400 for image, about a third of that with --quick)", optional(_whole(20)))
     seeds: int = option(3, "fresh seeds the best configuration is rerun on", _whole(3))
     quick: bool = option(False, "a first look in minutes: the smaller width, one weight decay and key value, "
                          "a third of the steps")

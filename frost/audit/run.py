@@ -52,7 +52,7 @@ class Audit:
         self.bar, self.work, self.done, self.trained, self.start = None, 0.0, 0.0, 0.0, time.perf_counter()
 
     def steps(self, wl) -> int:
-        return self.cfg.budget or (wl.steps // 30 * 10 if self.cfg.quick else wl.steps)
+        return self.cfg.budget or (round(wl.steps / 60) * 20 if self.cfg.quick else wl.steps)
 
     def load(self, wl, name, run):
         path = self.out / "runs" / f"{run_id(wl.name, name, run)}.json"

@@ -50,7 +50,7 @@ class Workload:
     lr: float          # AdamW's learning-rate grid centre (protocol.GRIDS scales it per optimizer)
 
     def describe(self, steps: int) -> str:
-        what = (f"GPT, width {self.width}, {self.depth} blocks, batches of {self.batch} x {SEQ_LEN} tokens"
+        what = (f"GPT of width {self.width} and depth {self.depth}, batches of {self.batch} x {SEQ_LEN} tokens"
                 if self.kind == "gpt" else f"MLP, {self.depth} hidden layers of {self.width}, batches of {self.batch}")
         return f"{what}, {steps} steps"
 
@@ -92,9 +92,9 @@ class Workload:
 
 WORKLOADS = {w.name: w for w in (
     Workload("gpt-s", "gpt", 32, 1, 8, 300, 1e-2),
-    Workload("gpt-m", "gpt", 64, 2, 8, 300, 6e-3),
+    Workload("gpt-m", "gpt", 48, 2, 8, 300, 4e-3),
     Workload("image-s", "image", 64, 2, 64, 400, 6e-3),
-    Workload("image-m", "image", 256, 2, 64, 400, 2e-3),
+    Workload("image-m", "image", 256, 2, 64, 400, 4e-3),
 )}
 
 
