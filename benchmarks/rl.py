@@ -5,9 +5,12 @@
     python benchmarks/rl.py --part envs      # one part: envs, solve or sebulba
 
 1. envs: CartPole-v1 env steps/s under a random policy with 1, 64 and 4096 envs: Frost's jnp
-   CartPole and gymnax's, each a jitted lax.scan of the vmapped step (random actions drawn inside);
-   gymnasium's SyncVectorEnv, AsyncVectorEnv (one process per env, so not at 4096) and its numpy
-   CartPoleVectorEnv, stepping precomputed random actions. Median of 5 timed runs after a warm-up.
+   CartPole and gymnax's, each a jitted lax.scan of the vmapped step, with each step's env keys
+   split and random actions drawn inside the scan as a rollout does, and again with keys and
+   actions precomputed (the step alone: JAX's CPU threefry, a rolled 5-round loop per call, is
+   most of a rollout step's time); gymnasium's SyncVectorEnv, AsyncVectorEnv (one process per env,
+   so not at 4096) and its numpy CartPoleVectorEnv, stepping precomputed random actions. Median of
+   7 timed runs after a warm-up, the four jnp runs interleaved (3 runs for gymnasium).
 2. solve: seconds until the greedy policy's mean return over 100 evaluation episodes reaches 475,
    for Frost's Anakin PPO (`frost rl ppo --env cartpole --seeds 5`: all seeds in one program,
    compilation included) and for the PPO of CleanRL's ppo.py written out below in PyTorch, on
@@ -48,26 +51,41 @@ SAME_STEP = gymnasium.vector.AutoresetMode.SAME_STEP  # reset in the step that e
 
 def median_rate(run, count, repeats=5):
     """Median of `repeats` timings of run() (after one untimed call), as count / seconds."""
-    run()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
+    return median_rates({"": run}, count, repeats)[""]
+
+
+def median_rates(runs: dict, count, repeats=7):
+    """median_rate of each of `runs`, their timings interleaved, so that other work on the machine
+    falls on all of them alike."""
+    times = {name: [] for name in runs}
+    for run in runs.values():
         run()
-        times.append(time.perf_counter() - t0)
-    return count / statistics.median(times)
+    for _ in range(repeats):
+        for name, run in runs.items():
+            t0 = time.perf_counter()
+            run()
+            times[name].append(time.perf_counter() - t0)
+    return {name: count / statistics.median(t) for name, t in times.items()}
 
 
-def jnp_rate(reset, step, n, steps):
-    """Env steps/s of a jitted scan of `steps` vmapped steps of n envs, random actions drawn inside."""
-    def rollout(state, key):
-        def body(state, key):
-            k_act, k_step = jax.random.split(key)
-            out = jax.vmap(step)(jax.random.split(k_step, n), state, jax.random.randint(k_act, (n,), 0, 2, jnp.int32))
-            return out[1], out[2].sum()  # (obs, state, reward, ...): gymnax 1.0 returns terminated and truncated
-        return lax.scan(body, state, jax.random.split(key, steps))
-    run = jax.jit(rollout)
+def jnp_run(reset, step, n, steps, drawn_inside=True):
+    """A timed call: a jitted scan of `steps` vmapped steps of n envs. drawn_inside: each step
+    splits a key for the envs and draws random actions, as a rollout does; else the keys and
+    actions are precomputed and the scan times the env step alone."""
+    def body(state, x):
+        if drawn_inside:
+            k_act, k_step = jax.random.split(x)
+            keys, actions = jax.random.split(k_step, n), jax.random.randint(k_act, (n,), 0, 2, jnp.int32)
+        else:
+            keys, actions = x
+        out = jax.vmap(step)(keys, state, actions)
+        return out[1], out[2].sum()  # (obs, state, reward, ...): gymnax 1.0 returns terminated and truncated
+    xs = jax.random.split(jax.random.key(1), steps)
+    if not drawn_inside:
+        xs = (jax.random.split(jax.random.key(2), (steps, n)), jax.random.randint(jax.random.key(3), (steps, n), 0, 2))
+    run = jax.jit(lambda state, xs: lax.scan(body, state, xs))
     state = jax.vmap(reset)(jax.random.split(jax.random.key(0), n))[1]
-    return median_rate(lambda: jax.block_until_ready(run(state, jax.random.key(1))), n * steps)
+    return lambda: jax.block_until_ready(run(state, xs))
 
 
 def gym_rate(vec, n, steps):
@@ -93,9 +111,12 @@ def part_envs(quick):
     for n in (1, 64, 4096):
         steps = max(200_000 // n // scale, 20)  # jnp: scan length
         gsteps = max(20_000 // n // scale, 5)  # gymnasium: vector steps
-        row = {"envs": n,
-               "frost": jnp_rate(frost_env.reset, frost_env.step, n, steps),
-               "gymnax": jnp_rate(lambda k: gx.reset(k, params), lambda k, s, a: gx.step(k, s, a, params), n, steps),
+        gx_reset, gx_step = (lambda k: gx.reset(k, params)), (lambda k, s, a: gx.step(k, s, a, params))
+        row = {"envs": n, **median_rates({
+            "frost": jnp_run(frost_env.reset, frost_env.step, n, steps),
+            "gymnax": jnp_run(gx_reset, gx_step, n, steps),
+            "frost_step": jnp_run(frost_env.reset, frost_env.step, n, steps, drawn_inside=False),
+            "gymnax_step": jnp_run(gx_reset, gx_step, n, steps, drawn_inside=False)}, n * steps),
                "sync": gym_rate(gymnasium.vector.SyncVectorEnv([make] * n, autoreset_mode=SAME_STEP), n, gsteps),
                "vector": gym_rate(gymnasium.make_vec("CartPole-v1", n, vectorization_mode="vector_entry_point"), n,
                                   gsteps)}
@@ -104,13 +125,15 @@ def part_envs(quick):
                                     max(gsteps // 4, 5))
         print(row, file=sys.stderr, flush=True)
         rows.append(row)
-    out = ["| envs | Frost jnp | gymnax | gymnasium Sync | gymnasium Async | gymnasium CartPoleVectorEnv | "
-           "frost/gymnax | frost/Sync | frost/Async | frost/vector |", "|" + " ---: |" * 10]
+    out = ["| envs | Frost jnp | gymnax | frost/gymnax | Frost, step alone | gymnax, step alone | frost/gymnax, "
+           "step alone | gymnasium Sync | gymnasium Async | gymnasium CartPoleVectorEnv | frost/Sync | frost/Async | "
+           "frost/vector |", "|" + " ---: |" * 13]
     for r in rows:
         a = r.get("async")
         rate, ratio = ("n/a", "n/a") if a is None else (f"{a:,.0f}", f"{r['frost'] / a:.1f}")
-        out.append(f"| {r['envs']} | {r['frost']:,.0f} | {r['gymnax']:,.0f} | {r['sync']:,.0f} | {rate} | "
-                   f"{r['vector']:,.0f} | {r['frost'] / r['gymnax']:.2f} | {r['frost'] / r['sync']:.1f} | {ratio} | "
+        out.append(f"| {r['envs']} | {r['frost']:,.0f} | {r['gymnax']:,.0f} | {r['frost'] / r['gymnax']:.2f} | "
+                   f"{r['frost_step']:,.0f} | {r['gymnax_step']:,.0f} | {r['frost_step'] / r['gymnax_step']:.2f} | "
+                   f"{r['sync']:,.0f} | {rate} | {r['vector']:,.0f} | {r['frost'] / r['sync']:.1f} | {ratio} | "
                    f"{r['frost'] / r['vector']:.1f} |")
     return "env steps/s, random policy, CartPole-v1\n\n" + "\n".join(out)
 
