@@ -123,7 +123,8 @@ def test_a_run_made_to_diverge_is_counted_with_its_step(data, tmp_path, monkeypa
 def audited(tmp_path_factory):
     out = tmp_path_factory.mktemp("audit")
     with jax.numpy_dtype_promotion("standard"):  # optax mixes Python floats and int32 counts (refused under strict)
-        assert cli(["audit", *SMALL, "--optimizers", "adamw,lion", "--optimizer", "optax:adamw", "--out", str(out)]) == 0
+        argv = ["audit", *SMALL, "--optimizers", "adamw,lion", "--optimizer", "optax:adamw", "--out", str(out)]
+        assert cli(argv) == 0
     return out
 
 
@@ -156,7 +157,7 @@ def test_a_restarted_audit_skips_finished_runs_and_reproduces_the_report(audited
     before = {p.name: p.read_bytes() for p in (out / "runs").glob("*.json")}
     assert 0 < len(before) < 18, "the audit was not stopped part-way"
     trained = []
-    monkeypatch.setattr(engine, "run_group", lambda *a, _run=engine.run_group, **k: trained.append(a[3]) or _run(*a, **k))
+    monkeypatch.setattr(engine, "run_group", lambda *a, _run=engine.run_group: trained.append(a[3]) or _run(*a))
     report = run.audit(AuditConfig(workload="image", quick=True, budget=20, optimizers="adamw", out=str(out)),
                        progress=False)
     assert sum(len(g.runs) for g in trained) <= 18 - len(before) + 2  # at most one batch of 3 was cut short

@@ -6,8 +6,9 @@ Pretraining", arXiv 2509.01440):
 
 - Equal tuning budget: every optimizer gets the same number of trials, a full grid of 6
   learning rates (x2 apart, centred on the optimizer's usual rate relative to AdamW's) x 2
-  weight decays x 2 values of its own key hyper-parameter. A user optimizer (`MODULE:FUNCTION`)
-  has no known key, so it gets twice the learning rates (same spacing, a wider range).
+  weight decays x 2 values of its own key hyper-parameter (GRIDS). A user optimizer
+  (`MODULE:FUNCTION`) has no known key, so it gets twice the learning rates (four times if it
+  takes no weight decay), at the same spacing over a wider range. --quick: 6 learning rates only.
 - End of training only: every budget is its own run, its warmup + cosine schedule completed.
 - Winner's curse: the best trial on the tuning seed (0) is rerun on fresh seeds 1..N; the report
   gives their mean and a 95% Student-t interval.
@@ -39,7 +40,7 @@ class Grid(NamedTuple):
 GRIDS = {
     "adamw": Grid(1.0, (0.1, 0.0), "b2", (0.95, 0.999)),
     "adam": Grid(1.0, (1e-4, 0.0), "b2", (0.95, 0.999)),
-    "sgd": Grid(30.0, (5e-4, 0.0), "momentum", (0.9, 0.95)),
+    "sgd": Grid(20.0, (5e-4, 0.0), "momentum", (0.9, 0.95)),
     "lion": Grid(0.2, (1.0, 0.0), "b2", (0.99, 0.95)),
     "sophia": Grid(0.15, (0.1, 0.0), "gamma", (0.01, 0.05)),
     "sophia-h": Grid(0.15, (0.1, 0.0), "gamma", (0.01, 0.05)),

@@ -64,7 +64,7 @@ def _table(rows) -> list[str]:
     out = ["| optimizer | best hyper-parameters | final loss (mean ± 95% CI) | stable | LR range | step speedup | "
            "wall-clock speedup | vs paper baseline |", "|---|---|---|---|---|---|---|---|"]
     for name, r in rows.items():
-        loss = f"{r['mean']:.4f} ± {r['ci']:.4f} (n={r['n']}/{r['of']})" if r["n"] else f"diverged ({r['of']}/{r['of']})"
+        loss = f"{r['mean']:.4f} ± {r['ci']:.4f} (n={r['n']}/{r['of']})" if r["n"] else f"diverged ({r['of']})"
         stable = "" if r["stable"] is None else f"{r['stable']:.0%}"
         width = "" if r["range"] is None else "n/a" if math.isnan(r["range"]) else f"{r['range']:.0f}x"
         out.append(f"| {name} | {_hp(r['hp'])} | {loss} | {stable} | {width} | {_speed(r['speed'])} | "
@@ -79,13 +79,14 @@ def _findings(res, rows) -> list[str]:
         if n in ("adamw", BASE):
             continue
         if not r["n"]:
-            lines.append(f"- **{n}** did not train stably: every rerun of its best trial diverged.")
+            lines.append(f"- **{n}** did not train stably: every "
+                         f"{'trial of its grid' if res['best'][n] is None else 'rerun of its best trial'} diverged.")
             continue
         noise = abs(r["mean"] - a["mean"]) <= np.nan_to_num(r["ci"]) + np.nan_to_num(a["ci"])  # the CIs overlap
         verdict = "within seed noise of" if noise else "better than" if r["mean"] < a["mean"] else "worse than"
-        seen = verdict == "better than" and r["speed"][0] > 1
-        claim = f" Claimed: {CLAIMS[n]}; {'here ' + _speed(r['speed']) if seen else 'not seen here'}." \
-            if n in CLAIMS else ""
+        here = ("not seen here" if r["speed"][0] <= 1 or verdict == "worse than" else f"here {_speed(r['speed'])}"
+                + (", within seed noise" if noise else ""))
+        claim = f" Claimed: {CLAIMS[n]}; {here}." if n in CLAIMS else ""
         lrs = [h["learning_rate"] for h in res["trials"][n]]
         edge = " Its best learning rate is at the edge of its grid: a wider grid may find a better one." \
             if res["best"][n]["hyperparams"]["learning_rate"] in (min(lrs), max(lrs)) else ""

@@ -50,6 +50,7 @@ class Audit:
     def __init__(self, cfg):
         self.cfg, self.out = cfg, pathlib.Path(cfg.out)
         self.bar, self.work, self.done, self.trained, self.start = None, 0.0, 0.0, 0.0, time.perf_counter()
+        # bar: the progress bar over runs; work: the plan's (steps x cost); done and trained: so far, all and new
 
     def steps(self, wl) -> int:
         return self.cfg.budget or (round(wl.steps / 60) * 20 if self.cfg.quick else wl.steps)
@@ -81,10 +82,10 @@ class Audit:
     def tick(self, runs, work):
         """Advance the bar; the time left is the work left at the rate of the work trained so far."""
         self.done += work
-        if self.bar is not None and self.trained:
+        if self.trained:
             left = (time.perf_counter() - self.start) / self.trained * max(self.work - self.done, 0)
             self.bar.set_postfix_str(f"about {left / 60:.0f} min left" if left >= 60 else f"{left:.0f} s left")
-            self.bar.update(runs)
+        self.bar.update(runs)
 
     def workload(self, wl, data, names):
         """Tune, rerun and measure one workload; returns its runs by role."""
@@ -124,7 +125,7 @@ def _cost(wl, data) -> int:
     return wl.batch * (workloads.SEQ_LEN if wl.kind == "gpt" else 1) * sum(x.size for x in jax.tree.leaves(model))
 
 
-def audit(cfg, progress: bool = True, command_line: str | None = None) -> pathlib.Path:
+def audit(cfg, progress: bool = True) -> pathlib.Path:
     """Run (or resume) the audit `cfg` describes; returns the path of report.md."""
     a = Audit(cfg)
     names = cfg.names
@@ -135,4 +136,4 @@ def audit(cfg, progress: bool = True, command_line: str | None = None) -> pathli
     total, a.work = a.plan(variants, names)
     with tqdm(total=total, unit="run", desc="audit", disable=not progress, dynamic_ncols=True) as a.bar:
         results = {wl.name: (wl, a.workload(wl, d, names)) for wl, d in variants}
-    return report.write(a.out, results, cfg, command_line or command(cfg))
+    return report.write(a.out, results, cfg, command(cfg))
