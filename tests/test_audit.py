@@ -92,9 +92,15 @@ def _compare(data, name, runs):
     ("sophia", [{"learning_rate": 1e-3, "weight_decay": 0.1, "gamma": 0.01}, {"learning_rate": 3e-3,
                                                                              "weight_decay": 0.0, "gamma": 0.01}]),
 ])
-def test_vmapped_runs_equal_the_same_runs_one_at_a_time(data, name, hyperparams):
+def test_vmapped_runs_equal_the_same_runs_one_at_a_time(data, name, hyperparams, monkeypatch):
     runs = [engine.Run(hyperparams[0], 0, 30), engine.Run(hyperparams[1], 0, 30), engine.Run(hyperparams[0], 1, 30)]
     results = _compare(data, name, runs)
+    sizes = []  # with no memory to spare, the group falls back to one run at a time: the same numbers
+    monkeypatch.setattr(engine, "free_memory", lambda: 0)
+    monkeypatch.setattr(engine, "_init", lambda *a, _init=engine._init: sizes.append(len(a[3])) or _init(*a))
+    fallback = engine.run_group(WL, data, name, engine.groups(WL, data, name, runs)[0])
+    assert sizes == [3, 1, 1, 1] and [r["final_loss"] for r in fallback] == pytest.approx(
+        [r["final_loss"] for r in results], rel=1e-5)
     assert not any(r["diverged"] for r in results)
     assert results[0]["final_loss"] != results[2]["final_loss"]  # another seed is another run
     assert results[0]["final_loss"] < math.log(10)  # it learned
@@ -182,11 +188,14 @@ def test_a_restarted_audit_skips_finished_runs_and_reproduces_the_report(audited
     (["--seeds", "2"], "--seeds 2: must be a whole number >= 3"),
     (["--data", "x.txt"], "--data x.txt: say which workload"),
     (["--workload", "image", "--data", "NOWHERE"], "not a known data set"),
+    (["--workload", "gpt", "--data", "SHORT"], "too little text"),
 ])
-def test_a_mistake_is_one_line(argv, message, tmp_path, capsys):
+def test_a_mistake_is_one_line_and_leaves_no_files(argv, message, tmp_path, capsys):
+    (tmp_path / "short.txt").write_text("too short\n")
+    argv = [str(tmp_path / "short.txt") if a == "SHORT" else a for a in argv]
     assert cli(["audit", *argv, "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
-    assert message in err and err.count("\n") == 1
+    assert message in err and err.count("\n") == 1 and not (tmp_path / "out").exists()
 
 
 def test_text_data_from_any_utf8_file(tmp_path):

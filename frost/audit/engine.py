@@ -59,6 +59,11 @@ def unit_lr(t, total):
     return optim.warmup_cosine(1.0, 100, 1000)(1000 * jnp.asarray(t, jnp.float32) / jnp.asarray(total, jnp.float32))
 
 
+def free_memory() -> int:
+    """Bytes of physical memory free now."""
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
 def _make(workload, data, name, built, axes, peak=1.0, total=1):
     """The optimizer around the schedule `peak * unit_lr(step, total)`; held values are placeholders."""
     lr = lambda count: peak * unit_lr(count, total)  # noqa: E731
@@ -148,7 +153,7 @@ def run_group(workload, data, name, group: Group, max_runs: int | None = None) -
             carry, data.arrays, np.int32(0), np.int32(steps)).compile({"xla_backend_optimization_level": 2})
     program, stats = _programs[tag], _programs[tag].memory_analysis()
     need = stats.argument_size_in_bytes + stats.output_size_in_bytes + stats.temp_size_in_bytes
-    if len(runs) > 1 and need > 0.5 * os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"):
+    if len(runs) > 1 and need > 0.5 * free_memory():
         return run_group(workload, data, name, group, max(len(runs) // 2, 1))
     start, curve = time.perf_counter(), []
     for t0 in range(0, steps, CHUNK):

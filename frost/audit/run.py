@@ -16,6 +16,7 @@ import hashlib
 import json
 import pathlib
 import re
+import shutil
 import time
 
 import jax
@@ -23,6 +24,7 @@ from tqdm import tqdm
 
 from frost import atomic
 from frost.audit import engine, protocol, report, workloads
+from frost.config import UsageError
 from frost.optim.registry import resolve
 
 BUDGETS, QUICK_BUDGETS = (0.5, 1, 2, 4), (0.5, 1, 2)  # AdamW's budgets for the speedup, in units of the budget
@@ -130,7 +132,13 @@ def audit(cfg, progress: bool = True) -> pathlib.Path:
     a = Audit(cfg)
     names = cfg.names
     kinds = ("gpt", "image") if cfg.workload == "all" else (cfg.workload,)
-    data = {k: workloads.load(k, cfg.data, a.out, progress) for k in kinds}
+    fresh = not a.out.exists()
+    try:
+        data = {k: workloads.load(k, cfg.data, a.out, progress) for k in kinds}
+    except UsageError:  # bad --data: leave no folder behind
+        if fresh:
+            shutil.rmtree(a.out, ignore_errors=True)
+        raise
     variants = [(wl, data[wl.kind]) for wl in workloads.WORKLOADS.values()
                 if wl.kind in kinds and not (cfg.quick and not wl.name.endswith("-s"))]
     total, a.work = a.plan(variants, names)
