@@ -39,12 +39,10 @@ def command(cfg) -> str:
     """The command line that makes `cfg` (options at their defaults left out)."""
     parts = ["frost audit"]
     for f in dataclasses.fields(cfg):
-        value = getattr(cfg, f.name)
-        if value == f.default:
-            continue
-        flag = "--" + f.name.replace("_", "-")
-        parts += [flag] if value is True else [f"--optimizer {v}" for v in value] if f.name == "optimizer" else \
-            [f"{flag} {value}"]
+        value, flag = getattr(cfg, f.name), "--" + f.name.replace("_", "-")
+        if value != f.default:
+            parts += [f"--optimizer {v}" for v in value] if f.name == "optimizer" else [
+                flag if value is True else f"{flag} {value}"]
     return " ".join(parts)
 
 
@@ -114,9 +112,8 @@ class Audit:
         for wl, data in variants:
             trials = sum(len(protocol.grid(n, resolve(protocol.ALIASES.get(n, n)).make, wl.lr, self.cfg.quick))
                          for n in names)
-            budgets = QUICK_BUDGETS if self.cfg.quick else BUDGETS
-            reruns = self.cfg.seeds * (len(names) + len(budgets))  # finals, AdamW's other budgets, baseline
-            runs += trials + reruns
+            budgets = QUICK_BUDGETS if self.cfg.quick else BUDGETS  # reruns: finals, AdamW's other budgets, baseline
+            runs += trials + self.cfg.seeds * (len(names) + len(budgets))
             work += _cost(wl, data) * self.steps(wl) * (trials + self.cfg.seeds * (len(names) + sum(budgets)))
         return runs, work
 
