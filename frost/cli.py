@@ -1,4 +1,4 @@
-"""The `frost` command line: `frost train ...`, `frost sample ...`, `frost plot ...`, `frost tokenizer ...`.
+"""The `frost` command line: `frost train`, `sample`, `plot`, `tokenizer`, `rl`, `audit`.
 
 Each topic registers its subcommands from its own `cli.py` (`add_commands(subparsers)`), which
 parses arguments and calls the library; nothing in `frost/` imports this module.
@@ -17,7 +17,7 @@ import sys
 
 from frost.config import FrostError, UsageError
 
-TOPICS = ("frost.train.cli", "frost.text.cli", "frost.audit.cli")  # each has add_commands(subparsers)
+TOPICS = ("frost.train.cli", "frost.text.cli", "frost.rl.cli", "frost.audit.cli")  # each has add_commands(subparsers)
 
 
 def _build_parser() -> argparse.ArgumentParser:

@@ -48,7 +48,7 @@ import threading
 import traceback
 import uuid
 import weakref
-from multiprocessing import connection, shared_memory
+from multiprocessing import connection, resource_tracker, shared_memory
 
 import numpy as np
 
@@ -139,8 +139,15 @@ def _worker_main(conn, first: bool):
     loader; frost.rl.actors runs its actors so) until told to stop (None) or until the main process
     is gone; then the first worker frees the shared memory it can no longer free."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the main process to handle
-    serve, args, layout, names = pickle.loads(conn.recv_bytes())
-    segments = [shared_memory.SharedMemory(name) for name in names]
+    # The main process registered the segments with the resource tracker; attaching must not register
+    # them again (Python 3.11 does, bpo-39959), or the tracker would report them leaked.
+    tracker = resource_tracker.unregister
+    resource_tracker.register = resource_tracker.unregister = lambda name, rtype: None
+    try:
+        serve, args, layout, names = pickle.loads(conn.recv_bytes())
+        segments = [shared_memory.SharedMemory(name) for name in names]
+    except (EOFError, OSError):  # the main process died, and its memory went, before this worker started
+        return
     orphaned = False
 
     def recv():
@@ -155,10 +162,11 @@ def _worker_main(conn, first: bool):
     except OSError:  # a broken or reset pipe: the main process is gone
         orphaned = True
     finally:
-        if orphaned and first:
+        if orphaned and first:  # free the memory, and withdraw the main process's registration once
             for s in segments:
                 with contextlib.suppress(OSError):
                     s.unlink()
+                tracker(s._name, "shared_memory")
         for s in segments:
             with contextlib.suppress(BufferError):
                 s.close()

@@ -113,6 +113,8 @@ class Recorder:
 def _train(args) -> int:
     cfg = from_args(RunConfig, args, algo=args.algo)  # a user's mistake is answered before JAX loads
     import jax
+    from frost.train.job import enable_compilation_cache
+    enable_compilation_cache()  # a second run of the same agent skips compiling
     import jax.numpy as jnp
     import numpy as np
 
