@@ -107,9 +107,9 @@ def _scale(summaries) -> list[str]:
         small, large = summaries.get(f"{kind}-s", {}), summaries.get(f"{kind}-m", {})
         for n in [n for n in small if n in large and n not in ("adamw", BASE)]:
             (a, x), (b, y) = small[n]["speed"], large[n]["speed"]
-            trend = "?" if "?" in (x, y) else "grows" if b > a * 1.05 else "shrinks" if b < a / 1.05 else "holds"
+            trend = "?" if "?" in (x, y) else "rises" if b > a * 1.05 else "falls" if b < a / 1.05 else "holds"
             lines.append(f"- **{n}** on {kind}: step speedup {_speed((a, x))} at {kind}-s, {_speed((b, y))} at "
-                         f"{kind}-m: its gap over tuned AdamW {trend} with scale.")
+                         f"{kind}-m: it {trend} with scale.")
     return lines or ["- Only one width per workload was audited."]
 
 
