@@ -23,8 +23,11 @@ def _dirs(name, default):
     return [pathlib.Path(default)] if default else []
 
 
-def _find(files, dirs, dataset, how):
-    """The paths of `files` (plain or .gz) in the first of `dirs` that holds them all."""
+def _find(splits, split, dirs, dataset, how):
+    """The paths of the files `splits[split]` (plain or .gz) in the first of `dirs` that holds them all."""
+    if split not in splits:
+        raise ValueError(f"split must be one of {sorted(splits)}, got {split!r}")
+    files = splits[split]
     for d in dirs:
         paths = [next((p for p in (d / f, d / f"{f}.gz") if p.is_file()), None) for f in files]
         if all(paths):
@@ -33,16 +36,9 @@ def _find(files, dirs, dataset, how):
     raise FileNotFoundError(f"{dataset} not found: looked for {', '.join(files)} (or .gz) in {where}. {how}")
 
 
-def _split(split, names):
-    if split not in names:
-        raise ValueError(f"split must be one of {sorted(names)}, got {split!r}")
-    return names[split]
-
-
 def fashion_mnist(split: str = "train"):
     """(images (N, 28, 28, 1) uint8, labels (N,) int32); N = 60000 (train) or 10000 (test)."""
-    files = _split(split, _FASHION)
-    paths = _find(files, _dirs("fashion-mnist", "/usr/share/datasets/fashion-mnist"), "Fashion-MNIST",
+    paths = _find(_FASHION, split, _dirs("fashion-mnist", "/usr/share/datasets/fashion-mnist"), "Fashion-MNIST",
                   "Install it with `sudo apt-get install dataset-fashion-mnist` (Debian/Ubuntu), or set "
                   "FROST_DATA to a directory holding the four IDX files.")
     return read_idx_pair(*paths)
@@ -50,7 +46,7 @@ def fashion_mnist(split: str = "train"):
 
 def _cifar(kind, split, root, folder, files):
     dirs = [pathlib.Path(root)] if root else _dirs(folder, None)
-    paths = _find(_split(split, files), dirs, f"CIFAR-{kind}",
+    paths = _find(files, split, dirs, f"CIFAR-{kind}",
                   f"Download https://www.cs.toronto.edu/~kriz/cifar-{kind}-binary.tar.gz, extract it and pass "
                   f"root=<path to {folder}> or set FROST_DATA to the directory holding {folder}/.")
     return read_cifar(paths, kind=kind)

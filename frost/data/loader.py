@@ -103,7 +103,7 @@ class _Layout:
 
 def _fill(out, source, transform, seed, epoch, indices):
     """Load samples `indices` into the batch arrays `out`, row by row."""
-    for row, index in enumerate(indices):
+    for row, index in enumerate(map(int, indices)):
         try:
             leaves = _leaves(load_sample(source, transform, seed, epoch, index))
             if len(leaves) != len(out):
@@ -116,10 +116,9 @@ def _fill(out, source, transform, seed, epoch, indices):
                                      f"and dtype (resize images with transforms.Resize)")
                 field[row] = x
         except Exception as e:
-            name = source.name_of(int(index)) if hasattr(source, "name_of") else None
-            e.add_note(f"frost.data: while loading sample index {int(index)}{f' ({name})' if name else ''} "
-                       f"(epoch {epoch})")
-            e.frost_index = int(index)
+            name = source.name_of(index) if hasattr(source, "name_of") else None
+            e.add_note(f"frost.data: while loading sample index {index}{f' ({name})' if name else ''} (epoch {epoch})")
+            e.frost_index = index
             raise
 
 
@@ -149,17 +148,9 @@ def _worker_main(conn, first: bool):
     except (EOFError, OSError):  # the main process died, and its memory went, before this worker started
         return
     orphaned = False
-
-    def recv():
-        nonlocal orphaned
-        try:
-            return conn.recv()
-        except (EOFError, OSError):  # the main process is gone
-            orphaned = True
-
     try:
-        serve(recv, conn.send, [layout.views(s.buf) for s in segments], *args)
-    except OSError:  # a broken or reset pipe: the main process is gone
+        serve(conn.recv, conn.send, [layout.views(s.buf) for s in segments], *args)
+    except (EOFError, OSError):  # a closed, broken or reset pipe: the main process is gone
         orphaned = True
     finally:
         if orphaned and first:  # free the memory, and withdraw the main process's registration once
@@ -380,7 +371,7 @@ class Loader:
             self._submit()
             while pos not in self._ready:
                 for w, (slot, index, trace) in self._pool.wait():
-                    done, _ = self._busy.pop(slot)
+                    done = self._busy.pop(slot)
                     self._load[w] -= 1
                     self._ready[done] = slot if trace is None else WorkerError(
                         f"data worker {w} failed on sample index {index} (epoch {done[0]}); its traceback:\n{trace}",
@@ -413,7 +404,7 @@ class Loader:
             slot, w = self._free.pop(), min(range(self.workers), key=self._load.__getitem__)
             epoch, k = self._next
             self._pool.submit(w, (slot, epoch, self.sampler.batch(epoch, k)))
-            self._busy[slot] = (self._next, w)
+            self._busy[slot] = self._next
             self._load[w] += 1
             self._next = (epoch, k + 1) if k + 1 < len(self) else (epoch + 1, 0)
 
@@ -423,15 +414,14 @@ def prefetch_to_device(batches, sharding=None, size: int = 2):
 
     `jax.device_put` is asynchronous, so keeping `size` transfers queued overlaps them with
     compute. With several processes, each process's rows become one global array
-    (`jax.make_array_from_process_local_data`); `sharding` is then required.
+    (`frost.parallel.global_batch`); `sharding` is then required.
     """
     import jax
-    if jax.process_count() > 1:
-        def put(batch):
-            return jax.tree.map(lambda x: jax.make_array_from_process_local_data(sharding, x), batch)
-    else:
-        def put(batch):
-            return jax.device_put(batch, sharding)
+
+    from frost import parallel
+
+    def put(batch):
+        return parallel.global_batch(batch, sharding) if jax.process_count() > 1 else jax.device_put(batch, sharding)
     pending, it = collections.deque(), iter(batches)
     pending.extend(map(put, itertools.islice(it, size)))
     while pending:

@@ -28,10 +28,9 @@ class Arrays:
         if arrays and named:
             raise TypeError("Arrays takes positional arrays (tuple samples) or named arrays (dict samples), not both")
         self.arrays = tuple(np.asarray(a) for a in arrays) if arrays else {k: np.asarray(a) for k, a in named.items()}
-        values = self.arrays if arrays else tuple(self.arrays.values())
-        if not values:
+        lengths = [len(a) for a in (self.arrays.values() if named else self.arrays)]
+        if not lengths:
             raise TypeError("Arrays needs at least one array")
-        lengths = [len(a) for a in values]
         if len(set(lengths)) != 1:
             raise ValueError(f"Arrays: all arrays need the same length (first axis), got lengths {lengths}")
         self.size = lengths[0]

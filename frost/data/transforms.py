@@ -70,11 +70,10 @@ class Normalize:
             mul, sub = np.broadcast_to(scale / self.std, (c,)), np.broadcast_to(self.mean / self.std, (c,))
             self._rows[key] = (np.tile(mul, w).astype(np.float32), np.tile(sub, w).astype(np.float32))
         mul, sub = self._rows[key]
-        out = image.astype(np.float32)
-        row = out.reshape(h, w * c)
-        row *= mul
-        row -= sub
-        return out
+        rows = image.astype(np.float32).reshape(h, w * c)
+        rows *= mul
+        rows -= sub
+        return rows.reshape(h, w, c)
 
 
 class Resize:

@@ -79,15 +79,6 @@ def split_chunks(pattern: str, text: str) -> list[str]:
 _CUT = re.compile(r"\n(?=\S)")
 
 
-def _last_cut(text: str) -> int:
-    """Index just after the last safe cut point in `text` (0 if none)."""
-    i = len(text)
-    while (i := text.rfind("\n", 0, i)) >= 0:
-        if _CUT.match(text, i):
-            return i + 1
-    return 0
-
-
 def _pieces(texts: Iterable[str] | str, size: int = BATCH_CHARS) -> Iterator[str]:
     """Each text, long ones cut at the first safe point after every `size` characters."""
     for text in [texts] if isinstance(texts, str) else texts:
@@ -119,11 +110,9 @@ def stream_files(paths: Iterable[str | os.PathLike], size: int = BATCH_CHARS) ->
             with open(path, encoding="utf-8", newline="") as f:
                 rest = ""
                 while block := f.read(size):
-                    text = rest + block
-                    cut = _last_cut(text)
-                    rest = text[cut:]
-                    if cut:
-                        yield text[:cut]
+                    # every piece but the last ends at a safe point; the last is read on with the next block
+                    *pieces, rest = _pieces(rest + block, size)
+                    yield from pieces
         except UnicodeDecodeError as e:
             raise UsageError(f"{path}: not UTF-8 text ({e.reason}); is it a binary file?") from None
         except OSError as e:
@@ -169,10 +158,7 @@ def _mp_context():
 
 def _count_batch(args: tuple[str, list[str]]) -> tuple[Counter, int]:
     pattern, texts = args
-    counts = Counter()
-    for text in texts:
-        counts.update(split_chunks(pattern, text))
-    return counts, sum(map(len, texts))
+    return Counter(chain.from_iterable(split_chunks(pattern, text) for text in texts)), sum(map(len, texts))
 
 
 def count_chunks(texts: Iterable[str] | str, pattern: str = GPT4_PATTERN, workers: int | None = None,

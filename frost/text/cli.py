@@ -67,19 +67,17 @@ def _encode(args) -> int:
     tok = load(args.tokenizer)
     if args.eot is not None and args.eot not in tok.special:
         raise UsageError(f"--eot {args.eot!r} is not a special token of {args.tokenizer} (it has {list(tok.special)})")
-    dtype, n, bar = token_dtype(tok.vocab_size), [0], _bar(True, "encoding", "B", total=_checked(args))
+    dtype, bar = np.dtype(token_dtype(tok.vocab_size)), _bar(True, "encoding", "B", total=_checked(args))
 
     def blocks():  # the token file, streamed in blocks to frost's atomic writer
         for path in args.corpus:
             for ids in tok.encode_iter(_counted(stream_files([path]), bar), special=args.special, workers=args.workers):
-                n[0] += len(ids)
                 yield np.asarray(ids, dtype).tobytes()
             if args.eot is not None:
-                n[0] += 1
                 yield np.asarray([tok.special[args.eot]], dtype).tobytes()
     with bar:
         atomic.write(args.output, blocks())
-    print(f"{n[0]} tokens ({np.dtype(dtype).name}) -> {args.output}", file=sys.stderr)
+    print(f"{os.path.getsize(args.output) // dtype.itemsize} tokens ({dtype.name}) -> {args.output}", file=sys.stderr)
     return 0
 
 

@@ -20,7 +20,6 @@ import json
 import pathlib
 
 import numpy as np
-import regex
 
 from frost import atomic
 from frost.config import UsageError
@@ -69,7 +68,7 @@ def load(path) -> Tokenizer:
         return Tokenizer(merges, special, pattern)
     except KeyError as e:
         raise UsageError(f"{path}: missing field {e}") from None
-    except (ValueError, regex.error) as e:
+    except ValueError as e:  # Tokenizer's own checks, the pattern's included
         raise UsageError(f"{path}: {e}") from None
 
 
@@ -89,18 +88,14 @@ def to_hf_json(tok: Tokenizer) -> dict:
     vocab.update(tok.special)
     added = [{"id": i, "content": s, "single_word": False, "lstrip": False, "rstrip": False,
               "normalized": False, "special": True} for s, i in tok.special.items()]
+    split = {"type": "Split", "pattern": {"Regex": tok.pattern}, "behavior": "Isolated", "invert": False}
     byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}
-    return {
-        "version": "1.0", "truncation": None, "padding": None, "added_tokens": added, "normalizer": None,
-        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
-            {"type": "Split", "pattern": {"Regex": tok.pattern}, "behavior": "Isolated", "invert": False},
-            byte_level]},
-        "post_processor": None,
-        "decoder": byte_level,
-        "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
-                  "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
-                  "vocab": vocab, "merges": [[names[a], names[b]] for a, b, _ in tok.merges]},
-    }
+    model = {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+             "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+             "vocab": vocab, "merges": [[names[a], names[b]] for a, b, _ in tok.merges]}
+    return {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added, "normalizer": None,
+            "pre_tokenizer": {"type": "Sequence", "pretokenizers": [split, byte_level]},
+            "post_processor": None, "decoder": byte_level, "model": model}
 
 
 def save_hf(tok: Tokenizer, path) -> None:
