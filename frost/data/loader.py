@@ -272,9 +272,8 @@ class _Threads:
             answers = [self.answers.get(timeout=self.timeout)]
         except queue.Empty:
             raise _silent(self.timeout, [t.name for t in self.threads]) from None
-        with contextlib.suppress(queue.Empty):
-            while True:
-                answers.append(self.answers.get_nowait())
+        while not self.answers.empty():  # this thread is the only reader
+            answers.append(self.answers.get_nowait())
         return answers
 
     def close(self):

@@ -128,14 +128,12 @@ class ImageFolder:
         if not self.root.is_dir():
             raise FileNotFoundError(f"ImageFolder: {self.root} is not a directory")
         self.classes = sorted(p.name for p in self.root.iterdir() if p.is_dir())
-        self.files, labels = [], []
-        for label, name in enumerate(self.classes):
-            found = sorted(p for p in (self.root / name).iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
-            self.files += [str(p) for p in found]
-            labels += [label] * len(found)
-        if not self.files:
+        found = [(str(p), label) for label, name in enumerate(self.classes)
+                 for p in sorted((self.root / name).iterdir()) if p.suffix.lower() in IMAGE_SUFFIXES]
+        if not found:
             raise FileNotFoundError(f"ImageFolder: no {'/'.join(IMAGE_SUFFIXES)} files in sub-folders of {self.root}")
-        self.labels = np.array(labels, np.int32)
+        self.files = [path for path, _ in found]
+        self.labels = np.array([label for _, label in found], np.int32)
 
     def __len__(self):
         return len(self.files)

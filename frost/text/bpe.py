@@ -207,8 +207,7 @@ def train_counts(counts: dict[str, int], vocab_size: int, *, pattern: str = GPT4
     words = [w.encode("utf-8") for w in counts]
     keep = [i for i, w in enumerate(words) if len(w) > 1]  # a single byte has no pairs
     sym = np.frombuffer(b"".join(words[i] for i in keep), np.uint8).astype(np.int32)
-    starts = np.zeros(len(keep) + 1, np.int64)
-    np.cumsum([len(words[i]) for i in keep], out=starts[1:])
+    starts = np.cumsum([0] + [len(words[i]) for i in keep], dtype=np.int64)
     wcount = np.fromiter(counts.values(), np.int64, len(words))[keep]
     if np.any(wcount < 0):
         raise UsageError("chunk counts must be non-negative")
