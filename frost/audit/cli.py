@@ -16,9 +16,8 @@ BUILTIN = ("adamw", "adam", "sgd", "sgd-nesterov", "lion", "sophia", "sophia-h",
 
 
 def _names(text):
-    names = [n for n in text.split(",") if n]
-    unknown = [n for n in names if n not in BUILTIN]
-    if unknown or not names or len(set(names)) < len(names):
+    names = text.split(",")  # an empty name ("adamw,,lion", "lion,") is refused with the unknown ones
+    if any(n not in BUILTIN for n in names) or len(set(names)) < len(names):
         return f"must be distinct names from {', '.join(BUILTIN)}, separated by commas"
 
 

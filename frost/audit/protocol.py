@@ -101,14 +101,18 @@ def stable_fraction(runs) -> float:
     return sum(not r["diverged"] for r in runs) / len(runs)
 
 
+def best_by_lr(runs) -> dict:
+    """{learning rate: the lowest final loss of its runs that did not diverge (nan if all did)},
+    rates ascending: the best over the other hyper-parameters (the report's lr.png)."""
+    lrs = sorted({r["hyperparams"]["learning_rate"] for r in runs})
+    return {lr: min([r["final_loss"] for r in runs if r["hyperparams"]["learning_rate"] == lr and not r["diverged"]],
+                    default=math.nan) for lr in lrs}
+
+
 def lr_range(runs, tolerance: float = TOLERANCE) -> float:
     """The width (largest / smallest) of the learning rates whose best loss, over the other
     hyper-parameters, is within `tolerance` of the best; 1.0 when only the best one is, nan if all diverged."""
-    best = {}
-    for r in runs:
-        if not r["diverged"]:
-            lr = r["hyperparams"]["learning_rate"]
-            best[lr] = min(best.get(lr, math.inf), r["final_loss"])
+    best = {lr: loss for lr, loss in best_by_lr(runs).items() if not math.isnan(loss)}
     if not best:
         return math.nan
     low = min(best.values())

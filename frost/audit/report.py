@@ -114,12 +114,10 @@ def _scale(summaries) -> list[str]:
 
 
 def _plots(out, results):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
     for file, draw in (("curves.png", _curves), ("lr.png", _sensitivity)):
-        fig, axes = plt.subplots(1, len(results), figsize=(5 * len(results), 4), squeeze=False)
-        for ax, (name, (wl, res)) in zip(axes[0], results.items()):
+        fig = Figure(figsize=(5 * len(results), 4))
+        for ax, (name, (wl, res)) in zip(fig.subplots(1, len(results), squeeze=False)[0], results.items()):
             draw(ax, res)
             ax.set_title(f"{name}: {wl.describe(res['steps'])}", fontsize=7)
             ax.grid(alpha=0.3)
@@ -127,7 +125,6 @@ def _plots(out, results):
         fig.tight_layout()
         buf = io.BytesIO()
         fig.savefig(buf, format="png", dpi=100)
-        plt.close(fig)
         atomic.write(out / file, buf.getvalue())
 
 
@@ -140,9 +137,7 @@ def _curves(ax, res):
 
 def _sensitivity(ax, res):
     for n, runs in res["tuning"].items():
-        lrs = sorted({r["hyperparams"]["learning_rate"] for r in runs})
-        best = [min([r["final_loss"] for r in runs if r["hyperparams"]["learning_rate"] == lr and not r["diverged"]],
-                    default=np.nan) for lr in lrs]
+        lrs, best = zip(*protocol.best_by_lr(runs).items())
         color = ax.plot(lrs, best, "o-", label=n)[0].get_color()
         gone = [lr for lr, b in zip(lrs, best) if np.isnan(b)]
         ax.plot(gone, [np.nanmax(best)] * len(gone), "x", color=color, markersize=9)
@@ -160,14 +155,14 @@ def write(out, results, cfg, command):
                             {k: r[k] for k in KEYS})
     atomic.write(out / "results.json", json.dumps({"runs": list(runs.values())}, indent=1))
     summaries = {name: summarise({**res, "kind": wl.kind}) for name, (wl, res) in results.items()}
-    first = next(iter(results.values()))
-    budgets = ", ".join(f"{b / first[1]['steps']:.3g}" for b in sorted(first[1]["curve"]))
-    text = [f"# Optimizer audit\n\n`{command}`: {len(runs)} runs, {sum(r['seconds'] for r in runs.values()) / 60:.1f}"
-            " minutes of training (compilation not counted).\n\n## Protocol\n",
-            f"- **Equal tuning budget**: every optimizer gets {len(first[1]['trials']['adamw'])} trials on tuning "
-            f"seed 0, a full grid of {protocol.LR_POINTS} learning rates 2x apart (centred on each optimizer's usual "
-            "rate relative to AdamW's) x weight decay x its own key hyper-parameter (below; a user optimizer gets "
-            "more learning rates instead of a key).",
+    (first_wl, first), seconds = next(iter(results.values())), sum(r["seconds"] for r in runs.values())
+    budgets = ", ".join(f"{b / first['steps']:.3g}" for b in sorted(first["curve"]))
+    text = [f"# Optimizer audit\n\n`{command}`: {len(runs)} runs, {seconds / 60:.1f} minutes of training (compilation "
+            "not counted).\n\n## Protocol\n",
+            f"- **Equal tuning budget**: every optimizer gets {len(first['trials']['adamw'])} trials on tuning seed 0, "
+            f"a full grid of {protocol.LR_POINTS} learning rates 2x apart (centred on each optimizer's usual rate "
+            "relative to AdamW's) x weight decay x its own key hyper-parameter (below; a user optimizer gets more "
+            "learning rates instead of a key).",
             "- **End of training only**: every budget is its own run, its schedule (10% linear warmup, cosine decay "
             "to zero) completed; the final loss is the held-out loss after the last step.",
             f"- **Fresh seeds**: the best trial is rerun on seeds 1-{cfg.seeds}: mean ± 95% Student-t interval.",
@@ -176,15 +171,14 @@ def write(out, results, cfg, command):
             f"share of the grid that was not; *LR range*: largest/smallest learning rate within {protocol.TOLERANCE} "
             "of the best loss.",
             "- **Speedup** (Wen et al. 2025, arXiv 2509.02046): the steps tuned AdamW needs to reach the optimizer's "
-            "mean final loss, interpolated in log(steps) between tuned AdamW's reruns at "
-            f"{budgets} times the budget, over "
-            "the optimizer's steps (`>`, `<`: beyond those budgets). *Wall-clock*: the same in seconds, the "
+            f"mean final loss, interpolated in log(steps) between tuned AdamW's reruns at {budgets} times the budget, "
+            "over the optimizer's steps (`>`, `<`: beyond those budgets). *Wall-clock*: the same in seconds, the "
             f"optimizer's own cost included (runs vmapped {cfg.seeds} at a time, seconds shared equally).",
             "- **Paper baseline**: AdamW untuned, with the defaults a paper would use; *vs paper baseline* is the "
-            "speedup one would report against it.\n", f"## Grid ({first[0].name}; every workload scales the learning "
+            "speedup one would report against it.\n", f"## Grid ({first_wl.name}; every workload scales the learning "
             "rates by its AdamW centre: " + ", ".join(f"{wl.name} {wl.lr:g}" for wl, _ in results.values()) + ")\n",
             "| optimizer | learning rates | other |", "|---|---|---|"]
-    for n, trials in first[1]["trials"].items():
+    for n, trials in first["trials"].items():
         lrs = sorted({t["learning_rate"] for t in trials})
         other = "; ".join(f"{k} {sorted({t[k] for t in trials})}" for k in trials[0] if k != "learning_rate")
         text.append(f"| {n} | {len(lrs)}: {lrs[0]:g} ... {lrs[-1]:g} | {other} |")

@@ -24,7 +24,7 @@ from tqdm import tqdm
 
 from frost import atomic
 from frost.audit import engine, protocol, report, workloads
-from frost.config import UsageError
+from frost.config import UsageError, flag
 from frost.optim.registry import resolve
 
 BUDGETS, QUICK_BUDGETS = (0.5, 1, 2, 4), (0.5, 1, 2)  # AdamW's budgets for the speedup, in units of the budget
@@ -39,21 +39,25 @@ def command(cfg) -> str:
     """The command line that makes `cfg` (options at their defaults left out)."""
     parts = ["frost audit"]
     for f in dataclasses.fields(cfg):
-        value, flag = getattr(cfg, f.name), "--" + f.name.replace("_", "-")
+        value, option = getattr(cfg, f.name), flag(f.name)
         if value != f.default:
             parts += [f"--optimizer {v}" for v in value] if f.name == "optimizer" else [
-                flag if value is True else f"{flag} {value}"]
+                option if value is True else f"{option} {value}"]
     return " ".join(parts)
 
 
 class Audit:
     def __init__(self, cfg):
         self.cfg, self.out = cfg, pathlib.Path(cfg.out)
+        self.budgets = QUICK_BUDGETS if cfg.quick else BUDGETS  # AdamW's budgets, in units of the tuning budget
         self.bar, self.work, self.done, self.trained, self.start = None, 0.0, 0.0, 0.0, time.perf_counter()
         # bar: the progress bar over runs; work: the plan's (steps x cost); done and trained: so far, all and new
 
     def steps(self, wl) -> int:
         return self.cfg.budget or (round(wl.steps / 60) * 20 if self.cfg.quick else wl.steps)
+
+    def trials(self, wl, name) -> list[dict]:
+        return protocol.grid(name, resolve(protocol.ALIASES.get(name, name)).make, wl.lr, self.cfg.quick)
 
     def load(self, wl, name, run):
         path = self.out / "runs" / f"{run_id(wl.name, name, run)}.json"
@@ -90,31 +94,29 @@ class Audit:
     def workload(self, wl, data, names):
         """Tune, rerun and measure one workload; returns its runs by role."""
         steps, seeds, cost = self.steps(wl), range(1, self.cfg.seeds + 1), _cost(wl, data)
-        trials = {n: protocol.grid(n, resolve(protocol.ALIASES.get(n, n)).make, wl.lr, self.cfg.quick) for n in names}
-        tuning = {n: self.train(wl, data, n, [engine.Run(h, 0, steps) for h in trials[n]], cost) for n in names}
+
+        def train(name, hyperparams, seeds, budget=steps):  # each of `hyperparams` on each of `seeds`
+            return self.train(wl, data, name, [engine.Run(h, s, budget) for h in hyperparams for s in seeds], cost)
+        trials = {n: self.trials(wl, n) for n in names}
+        tuning = {n: train(n, trials[n], [0]) for n in names}
         best = {n: protocol.best_trial(runs) for n, runs in tuning.items()}
-        finals = {n: self.train(wl, data, n, [engine.Run(b["hyperparams"], s, steps) for s in seeds], cost)
-                  for n, b in best.items() if b is not None}
+        finals = {n: train(n, [b["hyperparams"]], seeds) for n, b in best.items() if b is not None}
         curve = {}
         if best["adamw"] is not None:
-            for f in QUICK_BUDGETS if self.cfg.quick else BUDGETS:
+            for f in self.budgets:
                 b = round(f * steps / engine.CHUNK) * engine.CHUNK
-                curve[b] = finals["adamw"] if b == steps else self.train(
-                    wl, data, "adamw", [engine.Run(best["adamw"]["hyperparams"], s, b) for s in seeds], cost)
-        baseline = self.train(wl, data, "adamw", [engine.Run(protocol.BASELINE[wl.kind], s, steps) for s in seeds],
-                              cost)
+                curve[b] = finals["adamw"] if b == steps else train("adamw", [best["adamw"]["hyperparams"]], seeds, b)
+        baseline = train("adamw", [protocol.BASELINE[wl.kind]], seeds)
         return {"steps": steps, "trials": trials, "tuning": tuning, "best": best, "finals": finals,
                 "curve": curve, "baseline": baseline}
 
     def plan(self, variants, names) -> tuple[int, float]:
         """(runs, work) the audit will take, for the progress bar and its estimate of the time left."""
         runs = work = 0
-        for wl, data in variants:
-            trials = sum(len(protocol.grid(n, resolve(protocol.ALIASES.get(n, n)).make, wl.lr, self.cfg.quick))
-                         for n in names)
-            budgets = QUICK_BUDGETS if self.cfg.quick else BUDGETS  # reruns: finals, AdamW's other budgets, baseline
-            runs += trials + self.cfg.seeds * (len(names) + len(budgets))
-            work += _cost(wl, data) * self.steps(wl) * (trials + self.cfg.seeds * (len(names) + sum(budgets)))
+        for wl, data in variants:  # the grids, then reruns: finals, AdamW's other budgets, the baseline
+            trials = sum(len(self.trials(wl, n)) for n in names)
+            runs += trials + self.cfg.seeds * (len(names) + len(self.budgets))
+            work += _cost(wl, data) * self.steps(wl) * (trials + self.cfg.seeds * (len(names) + sum(self.budgets)))
         return runs, work
 
 

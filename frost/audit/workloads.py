@@ -119,8 +119,7 @@ def _text(source, folder: pathlib.Path, progress):
     if windows < 1:
         raise UsageError(f"--data {source}: the held-out 5% has {len(val)} tokens, fewer than one window of "
                          f"{SEQ_LEN + 1}; give more text")
-    held = val[:windows * SEQ_LEN + 1]
-    x = np.stack([held[i * SEQ_LEN:(i + 1) * SEQ_LEN + 1] for i in range(windows)])   # (E, T + 1)
+    x = np.stack([val[i * SEQ_LEN:(i + 1) * SEQ_LEN + 1] for i in range(windows)])   # (E, T + 1)
     return Data({"train": jnp.asarray(train), "eval_x": jnp.asarray(x[:, :-1]), "eval_y": jnp.asarray(x[:, 1:])},
                 tok.vocab_size)
 

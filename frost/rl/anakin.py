@@ -12,6 +12,7 @@ for it within one. Every leaf of the runner and of the metrics has the seed axis
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import jax
@@ -20,6 +21,22 @@ from jax import lax
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from frost import nn, parallel
+
+
+@dataclasses.dataclass(frozen=True)
+class AgentConfig:
+    """The hyper-parameters every agent has (frost.rl.dqn's and frost.rl.ppo's `Config` add their
+    own; these defaults are DQN's). An iteration of `run` steps each env `num_steps` times."""
+    num_envs: int = 8
+    total_steps: int = 50_000  # env steps per seed
+    lr: float = 5e-4
+    gamma: float = 0.99
+    hidden: int = 64  # the width of the networks' hidden layers
+    num_steps = 1  # not a field here (DQN steps each env once an iteration); PPO's field T
+
+    @property
+    def updates(self) -> int:  # iterations of `run`
+        return max(self.total_steps // (self.num_envs * self.num_steps), 1)
 
 
 def jit(fn, **kwargs):

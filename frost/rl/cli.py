@@ -48,22 +48,19 @@ class RunConfig(Checked):
     deterministic: bool = option(False, "sebulba: Cleanba's fixed order, losses independent of timing and actors")
     out: str | None = option(None, "run directory, new or empty (default runs/rl-ALGO-ENV)")
 
-    @property
-    def host(self) -> bool:
-        return self.env.startswith("gym:")
-
     def check(self):
-        mode = self.mode or ("sebulba" if self.host else "anakin")
+        host = self.env.startswith("gym:")
+        mode = self.mode or ("sebulba" if host else "anakin")
         object.__setattr__(self, "mode", mode)
-        if mode == "anakin" and self.host:
+        if mode == "anakin" and host:
             raise UsageError(f"--env {self.env}: a gymnasium env runs on the host; use --mode sebulba")
-        if mode == "sebulba" and not self.host:
+        if mode == "sebulba" and not host:
             raise UsageError(f"--mode sebulba steps host envs: use --env gym:ID (e.g. gym:CartPole-v1), not {self.env}")
         if mode == "sebulba" and self.algo != "ppo":
             raise UsageError("--mode sebulba: only ppo trains in sebulba mode; dqn runs in anakin mode")
         if self.actors is not None and mode != "sebulba":
             raise UsageError(f"--actors {self.actors}: actor processes exist only in --mode sebulba")
-        if self.host:
+        if host:
             import gymnasium
             try:
                 probe = gymnasium.make(self.env[4:])
@@ -97,15 +94,18 @@ class Recorder:
 
     def __init__(self, out: pathlib.Path, total: int, label: str):
         from tqdm import tqdm
-        self.out, self.lines, self.t0 = out, [], time.perf_counter()
+        self.out, self.records, self.at, self.t0 = out, [], {}, time.perf_counter()  # at: {seed: its last step}
         self.bar = tqdm(total=total, desc=label, unit="step", unit_scale=True, dynamic_ncols=True)  # all seeds' steps
 
-    def report(self, seeds, step: int, metrics: dict, steps_done: int):
+    def report(self, seeds, step: int, metrics: dict):
+        """`seeds` are at env step `step`; `metrics` holds one value per seed."""
+        self.at.update(dict.fromkeys(seeds, step))
+        steps_done = sum(self.at.values())
         rate = steps_done / (time.perf_counter() - self.t0)
         for i, seed in enumerate(seeds):
-            self.lines.append(json.dumps({"seed": seed, "step": step, "steps_per_s": rate,
-                                          **{k: float(v[i]) for k, v in metrics.items()}}))
-        atomic.write(self.out / "metrics.jsonl", "\n".join(self.lines) + "\n")
+            self.records.append({"seed": seed, "step": step, "steps_per_s": rate,
+                                 **{k: float(v[i]) for k, v in metrics.items()}})
+        atomic.write(self.out / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in self.records))
         self.bar.update(steps_done - self.bar.n)
         self.bar.set_postfix(ret=f"{sum(float(x) for x in metrics['return']) / len(seeds):.1f}", per_s=f"{rate:.0f}")
 
@@ -125,25 +125,24 @@ def _train(args) -> int:
     if cfg.mode == "sebulba" and hp.num_envs % (cfg.actors or 2):
         raise UsageError(f"--actors {cfg.actors}: must divide the {hp.num_envs} environments")
     out.mkdir(parents=True, exist_ok=True)
-    per_update = hp.num_envs * getattr(hp, "num_steps", 1)
+    per_update = hp.num_envs * hp.num_steps
     rec = Recorder(out, hp.updates * per_update * len(seeds), f"{cfg.algo} {cfg.env}")
     t0 = time.perf_counter()
     if cfg.mode == "anakin":
         env, algo = envs.make(cfg.env), _algo(cfg.algo)
         init, iteration = algo.anakin(env, hp)
-        last = lambda m: {k: np.asarray(v[:, -1]) for k, v in m.items()}  # noqa: E731  (seeds,) at the chunk's end
-        runner = anakin.run(init, iteration, seeds, hp.updates,
-                            on_chunk=lambda r, m, done: rec.report(seeds, done * per_update, last(m),
-                                                                   done * per_update * len(seeds)))
+
+        def on_chunk(runner, metrics, done):  # metrics (seeds, chunk): report the chunk's last
+            rec.report(seeds, done * per_update, {k: np.asarray(v[:, -1]) for k, v in metrics.items()})
+        runner = anakin.run(init, iteration, seeds, hp.updates, on_chunk)
         models, seconds = runner.model, [time.perf_counter() - t0] * len(seeds)
     else:
         trained, seconds = [], []
-        for n, seed in enumerate(seeds):
+        for seed in seeds:
             s0 = time.perf_counter()
             trained.append(ppo.sebulba(_make_env(cfg.env), hp, seed, cfg.actors or 2, cfg.deterministic,
-                                       on_update=lambda u, m: rec.report(
-                                           [seed], (u + 1) * per_update, {k: [v] for k, v in m.items()},
-                                           (n * hp.updates + u + 1) * per_update)))
+                                       on_update=lambda u, m: rec.report([seed], (u + 1) * per_update,
+                                                                         {k: [v] for k, v in m.items()})))
             seconds.append(time.perf_counter() - s0)
         models = jax.tree.map(lambda *x: jnp.stack(x), *trained)
     rec.bar.close()
@@ -154,7 +153,7 @@ def _train(args) -> int:
     results = {"seeds": [{"seed": s, "final_return": float(r), "steps": hp.updates * per_update, "seconds": t}
                          for s, r, t in zip(seeds, np.asarray(final), seconds)]}
     atomic.write(out / "results.json", json.dumps(results, indent=1))
-    plot(out, rec.lines)
+    plot(out, rec.records)
     for row in results["seeds"]:
         print(f"seed {row['seed']}: evaluation return {row['final_return']:.1f} after {row['steps']} steps "
               f"in {row['seconds']:.1f} s")
@@ -210,12 +209,11 @@ def _evaluator(algo: str, env: str):
     return anakin.jit(jax.vmap(lambda m, k: anakin.evaluate(e, greedy(m), k)))
 
 
-def plot(out: pathlib.Path, lines):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    records = [json.loads(line) for line in lines]
-    fig, ax = plt.subplots(figsize=(6, 4))
+def plot(out: pathlib.Path, records):
+    """returns.png: each seed's return against env steps, from the metrics records."""
+    from matplotlib.figure import Figure
+    fig = Figure(figsize=(6, 4))
+    ax = fig.subplots()
     for seed in sorted({r["seed"] for r in records}):
         rows = [r for r in records if r["seed"] == seed]
         ax.plot([r["step"] for r in rows], [r["return"] for r in rows], label=f"seed {seed}")
@@ -224,7 +222,6 @@ def plot(out: pathlib.Path, lines):
     ax.legend()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100)
-    plt.close(fig)
     atomic.write(out / "returns.png", buf.getvalue())
 
 

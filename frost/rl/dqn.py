@@ -14,28 +14,20 @@ import jax
 import jax.numpy as jnp
 
 from frost import nn, optim
-from frost.rl.anakin import episode_metrics, mlp
+from frost.rl.anakin import AgentConfig, episode_metrics, mlp
 
 
 @dataclasses.dataclass(frozen=True)
-class Config:
-    num_envs: int = 8
-    total_steps: int = 50_000
+class Config(AgentConfig):
+    """AgentConfig's num_envs, total_steps, lr, gamma and hidden, and DQN's own."""
     buffer_size: int = 10_000
     batch_size: int = 64
-    lr: float = 5e-4
-    gamma: float = 0.99
     eps_start: float = 1.0
     eps_end: float = 0.05
     eps_fraction: float = 0.5  # of total_steps, to fall from eps_start to eps_end
     target_every: int = 500  # env steps
     learning_starts: int = 1_000
-    hidden: int = 64
     double: bool = True
-
-    @property
-    def updates(self) -> int:  # iterations of frost.rl.anakin.run
-        return max(self.total_steps // self.num_envs, 1)
 
 
 def q_network(obs_shape, num_actions: int, hidden: int, *, key) -> nn.Sequential:

@@ -22,29 +22,23 @@ import jax.numpy as jnp
 from jax import lax
 
 from frost import nn, optim
-from frost.rl.anakin import episode_metrics, jit, mlp
+from frost.rl.anakin import AgentConfig, episode_metrics, jit, mlp
 
 
 @dataclasses.dataclass(frozen=True)
-class Config:
-    """CleanRL ppo.py's defaults for CartPole-v1."""
+class Config(AgentConfig):
+    """CleanRL ppo.py's defaults for CartPole-v1 (gamma and hidden as AgentConfig's)."""
     num_envs: int = 4
     num_steps: int = 128  # T, steps per rollout
     total_steps: int = 500_000
     epochs: int = 4
     minibatches: int = 4
-    gamma: float = 0.99
     gae_lambda: float = 0.95
     clip_eps: float = 0.2
     ent_coef: float = 0.01
     vf_coef: float = 0.5
     max_grad_norm: float = 0.5
     lr: float = 2.5e-4
-    hidden: int = 64
-
-    @property
-    def updates(self) -> int:
-        return max(self.total_steps // (self.num_envs * self.num_steps), 1)
 
 
 class ActorCritic(nn.Module):
@@ -146,8 +140,7 @@ class Runner(NamedTuple):
 def anakin(env, cfg: Config):
     """(init, iteration) for frost.rl.anakin.run: one iteration is a rollout of T steps of B envs
     and one update; `cfg.updates` iterations make the run."""
-    opt = optimizer(cfg)
-    B = cfg.num_envs
+    opt, B = optimizer(cfg), cfg.num_envs
 
     def init(key):
         k_model, k_env, key = jax.random.split(key, 3)
