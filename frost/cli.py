@@ -30,11 +30,10 @@ def _build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
     debug = "--debug" in argv or os.environ.get("FROST_DEBUG") == "1"
-    argv = [a for a in argv if a != "--debug"]
     parser = _build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args([a for a in argv if a != "--debug"])
     if getattr(args, "run", None) is None:
         parser.print_help()
         return 0

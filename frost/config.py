@@ -59,10 +59,6 @@ def optional(check):
     return lambda x: None if x is None else check(x)
 
 
-def in_range(low, high):
-    return lambda x: None if isinstance(x, (int, float)) and low <= x <= high else f"must be in [{low}, {high}]"
-
-
 def _meta(cls, name: str) -> dict:
     """A field's metadata, from the nearest class in the MRO that declared it with `option`."""
     for klass in cls.__mro__:
@@ -72,23 +68,19 @@ def _meta(cls, name: str) -> dict:
     return {}
 
 
-def validate(cfg) -> None:
-    """Raise UsageError for the first field whose value is not allowed."""
-    for f in dataclasses.fields(cfg):
-        meta, value = _meta(type(cfg), f.name), getattr(cfg, f.name)
-        choices = meta.get("choices")
-        if choices is not None and value not in choices:
-            raise UsageError(f"{flag(f.name)} {value!r}: choose one of {', '.join(map(str, choices))}")
-        problem = meta.get("check") and meta["check"](value)
-        if problem:
-            raise UsageError(f"{flag(f.name)} {value!r}: {problem}")
-
-
 class Checked:
     """Mixin: a dataclass that validates its fields (then its own `check()`) when it is built."""
 
     def __post_init__(self):
-        validate(self)
+        """Raise UsageError for the first field whose value is not allowed, then run `check()`."""
+        for f in dataclasses.fields(self):
+            meta, value = _meta(type(self), f.name), getattr(self, f.name)
+            choices = meta.get("choices")
+            if choices is not None and value not in choices:
+                raise UsageError(f"{flag(f.name)} {value!r}: choose one of {', '.join(map(str, choices))}")
+            problem = meta.get("check") and meta["check"](value)
+            if problem:
+                raise UsageError(f"{flag(f.name)} {value!r}: {problem}")
         self.check()
 
     def check(self) -> None:
@@ -105,14 +97,12 @@ def add_options(parser: argparse.ArgumentParser, classes, labels=None) -> None:
     """One option per CLI field of the config classes (their union); each defaults to None, so
     `from_args` can tell which were given. `labels[i]` names class i in the defaults of the help."""
     seen = {}
-    for i, cls in enumerate(classes):
+    for cls, label in zip(classes, labels or [cls.__name__ for cls in classes]):
         hints = typing.get_type_hints(cls)
         for f in dataclasses.fields(cls):
             meta = _meta(cls, f.name)
-            if not meta.get("cli", True):
-                continue
-            seen.setdefault(f.name, (hints[f.name], meta, []))[2].append(
-                (labels[i] if labels else cls.__name__, f.default))
+            if meta.get("cli", True):
+                seen.setdefault(f.name, (hints[f.name], meta, []))[2].append((label, f.default))
     for name, (hint, meta, defaults) in seen.items():
         kind = _arg_type(hint)
         values = {repr(d) for _, d in defaults}
@@ -130,9 +120,8 @@ def add_options(parser: argparse.ArgumentParser, classes, labels=None) -> None:
 def from_args(cls, args: argparse.Namespace, command: str = "this command", **fixed):
     """Build `cls` from the options given on the command line (plus `fixed` values). An option
     given that `cls` has no field for is refused, never ignored."""
-    names = {f.name for f in dataclasses.fields(cls)}
     given = {k: getattr(args, k) for k in getattr(args, "_config_options", ()) if getattr(args, k) is not None}
-    stray = sorted(set(given) - names)
+    stray = sorted(set(given) - {f.name for f in dataclasses.fields(cls)})
     if stray:
         raise UsageError(f"{', '.join(flag(s) for s in stray)}: not an option of {command}")
     return cls(**{**given, **fixed})

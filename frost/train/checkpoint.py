@@ -186,11 +186,8 @@ def save(directory, step: int, tree, meta: dict | None = None, keep: int = 3) ->
 def checkpoints(directory) -> list[pathlib.Path]:
     """The checkpoints in `directory` (renamed into place, so complete when written), oldest first.
     One damaged later (its manifest deleted) is still listed: loading it fails loudly instead of
-    silently rolling back to an older one."""
-    directory = pathlib.Path(directory)
-    if not directory.is_dir():
-        return []
-    return sorted(p for p in directory.glob("step_*") if p.is_dir() and not p.name.endswith(".tmp"))
+    silently rolling back to an older one. A missing `directory` holds none."""
+    return sorted(p for p in pathlib.Path(directory).glob("step_*") if p.is_dir() and not p.name.endswith(".tmp"))
 
 
 def latest(directory) -> pathlib.Path | None:

@@ -25,7 +25,7 @@ def add_commands(sub) -> None:
     p = sub.add_parser("sample", help="generate text from a trained GPT run (or a Hugging Face GPT-2 folder)")
     p.add_argument("run_dir", nargs="?")
     add_options(p, [SampleConfig])
-    p.set_defaults(run=lambda args: print(_lm().sample(from_args(SampleConfig, args, run_dir=args.run_dir))))
+    p.set_defaults(run=_sample)
 
     p = sub.add_parser("plot", help="plot loss/accuracy curves of a run to PNG")
     p.add_argument("run_dir")
@@ -33,25 +33,24 @@ def add_commands(sub) -> None:
     p.set_defaults(run=_plot)
 
 
-def _lm():
-    from frost.train import lm
-    return lm
-
-
 def _train(args):
     cfg = from_args(JOBS[args.model], args, f"`frost train {args.model}`", model=args.model)
     from frost import parallel
-    from frost.train import image, job
+    from frost.train import image, job, lm
     parallel.initialize(args.coordinator, args.num_processes, args.process_id)
     job.enable_compilation_cache()
-    result = job.run(image.ImageJob() if isinstance(cfg, ImageConfig) else _lm().LMJob(), cfg, resume=args.resume)
-    minutes = f"{result['seconds'] / 60:.1f} min"
+    result = job.run(image.ImageJob() if isinstance(cfg, ImageConfig) else lm.LMJob(), cfg, resume=args.resume)
+    after = f"after {result['steps']} steps in {result['seconds'] / 60:.1f} min"
     if "test_accuracy" in result:
-        print(f"test accuracy {100 * result['test_accuracy']:.2f}% after {result['steps']} steps in {minutes}; "
-              f"run dir {cfg.run_dir}")
+        print(f"test accuracy {100 * result['test_accuracy']:.2f}% {after}; run dir {cfg.run_dir}")
     if "validation_loss" in result:
-        print(f"validation loss {result['validation_loss']:.4f} after {result['steps']} steps in {minutes} "
-              f"({result['tokens_per_s']:.0f} tokens/s); run dir {cfg.run_dir}; sample:\n{result['sample']}")
+        print(f"validation loss {result['validation_loss']:.4f} {after} ({result['tokens_per_s']:.0f} tokens/s); "
+              f"run dir {cfg.run_dir}; sample:\n{result['sample']}")
+
+
+def _sample(args):
+    from frost.train.lm import sample
+    print(sample(from_args(SampleConfig, args, run_dir=args.run_dir)))
 
 
 def _plot(args):

@@ -20,7 +20,6 @@ from frost import data, datasets, optim
 from frost.config import UsageError
 from frost.models import resnet
 from frost.nn.module import expand_to
-from frost.train.configs import ImageConfig
 from frost.train.job import Data, Job
 
 DATASETS = {  # name: (loader of (images, labels) per split, crop padding, normalisation mean/std)
@@ -50,7 +49,7 @@ def load_data(name: str, limit: int | None = None, image_size: int = 32):
 
 
 class ImageJob(Job):
-    config, unit = ImageConfig, "images"
+    unit, eval_batch = "images", 1000
 
     def data(self, cfg, run_dir, progress) -> Data:
         train, test, shape, classes, pad, mean, std, pre = load_data(cfg.data, cfg.limit)
@@ -68,6 +67,3 @@ class ImageJob(Job):
 
     def schedule(self, cfg, steps):
         return optim.one_cycle(steps, cfg.peak_lr)
-
-    def eval_batch(self, cfg):
-        return 1000

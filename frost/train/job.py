@@ -8,9 +8,9 @@ different configuration), data (refuse data too small for one batch), model, opt
 from frost.optim.registry (Sophia's Hessian refresh wired into the step), restore, distribute,
 fit, final evaluation, `result.json`.
 
-A job is a `Job` subclass: `config` (its config class, frost.train.configs), `data(cfg, run_dir,
-progress) -> Data`, `model(cfg, data, key)` and `schedule(cfg, steps)` (the learning rate, peaking
-at cfg.peak_lr), and where the defaults below do not fit, the other methods.
+A job is a `Job` subclass taking its config (frost.train.configs): `data(cfg, run_dir, progress)
+-> Data`, `model(cfg, data, key)` and `schedule(cfg, steps)` (the learning rate, peaking at
+cfg.peak_lr), and where the defaults below do not fit, the other attributes and methods.
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ import jax
 
 from frost import atomic, data as fdata, optim
 from frost.nn import precision
-from frost.config import UsageError
+from frost.config import UsageError, flag
 from frost.optim.registry import OPTIMIZERS, build, resolve
 from frost.train import loop
 
@@ -42,21 +42,16 @@ class Data(NamedTuple):
     eval_transform: Callable | None = None
     prepare: Callable = lambda batch: batch  # on the device, inside the jitted step
     extra: dict = {}
+    per_row: int = 1                    # units (the job's `unit`) per batch row: 1 image, or seq_len tokens
 
 
 class Job:
     unit, eval_name = "examples", "test"  # what throughput counts; how evaluation results are named
+    eval_batch = None                     # rows per evaluation batch; None: cfg.batch_size
 
     def optimizer_args(self, cfg) -> dict:
         """Extra hyper-parameters for the named optimizer (e.g. AdamW's b2)."""
         return {}
-
-    def per_row(self, cfg) -> int:
-        """Units (`unit`) per batch row: 1 image, or seq_len tokens."""
-        return 1
-
-    def eval_batch(self, cfg) -> int:
-        return cfg.batch_size
 
     def finish(self, cfg, run_dir, state, data) -> dict:
         """Extra entries of the result (e.g. a text sample)."""
@@ -85,11 +80,11 @@ def claim(cfg, resume: bool) -> pathlib.Path:
             theirs = json.loads(saved.read_text())
         except (OSError, json.JSONDecodeError) as e:
             raise UsageError(f"--resume: {saved} is unreadable ({e}); start a new run with another --out") from None
-        changed = sorted(k for k in set(mine) | set(theirs) if k not in RESUMABLE and mine.get(k) != theirs.get(k))
+        changed = ", ".join(f"{flag(k)} {theirs.get(k)!r}, now {mine.get(k)!r}" for k in sorted(set(mine) | set(theirs))
+                            if k not in RESUMABLE and mine.get(k) != theirs.get(k))
         if changed:
-            raise UsageError(f"--resume: {run_dir} was made with other settings (" + ", ".join(
-                f"--{k.replace('_', '-')} {theirs.get(k)!r}, now {mine.get(k)!r}" for k in changed) +
-                "); resume with the same options, or choose another --out")
+            raise UsageError(f"--resume: {run_dir} was made with other settings ({changed}); resume with the same "
+                             "options, or choose another --out")
     elif run_dir.exists() and any(run_dir.iterdir()):
         raise UsageError(f"--out {run_dir}: already holds files from another run; pass --resume to continue "
                          "it, or choose another --out")
@@ -111,15 +106,41 @@ def run(job, cfg, resume: bool = False, progress: bool = True) -> dict:
     new run directory is removed again if the set-up fails, so fixing the flags and rerunning works."""
     run_dir = claim(cfg, resume)
     try:
-        setup = _setup(job, cfg, run_dir, resume, progress)
+        d, state, step, place = _setup(job, cfg, run_dir, resume, progress)
     except BaseException:
         if not resume:
             shutil.rmtree(run_dir, ignore_errors=True)
         raise
-    return _train(job, cfg, run_dir, progress, *setup)
+    eval_step = loop.make_eval_step(d.prepare)
+
+    def eval_fn(model):
+        if d.eval is None:
+            return {}
+        with fdata.Loader(d.eval, job.eval_batch or cfg.batch_size, shuffle=False, transform=d.eval_transform,
+                          workers=min(cfg.workers, 1), **loop.process_shard()) as batches:
+            return loop.evaluate(model, map(place, batches), eval_step)
+
+    start, first_step = time.perf_counter(), state.step
+    with fdata.Loader(d.train, cfg.batch_size, shuffle=True, seed=cfg.seed, drop_last=True, transform=d.augment,
+                      workers=cfg.workers, state=state.loader_state, **loop.process_shard()) as loader:
+        state = loop.fit(state, step, loader, epochs=cfg.epochs, run_dir=run_dir, eval_fn=eval_fn,
+                         meta={"config": dataclasses.asdict(cfg)}, progress=progress, max_steps=cfg.max_steps,
+                         unit=job.unit, count=lambda b: len(b[0]) * d.per_row, place=place,
+                         eval_name=job.eval_name, on_nonfinite=cfg.on_nonfinite, max_skips=cfg.max_skips,
+                         tensorboard=cfg.log == "tensorboard")
+    seconds = time.perf_counter() - start
+    final = state.last_eval if state.last_eval is not None and cfg.max_steps is None else eval_fn(state.model)
+    scaled = optim.find_states(state.opt_state, precision.ScaledState)  # with fp16: the overflow count
+    result = {**{f"{job.eval_name}_{k}": v for k, v in final.items()}, "steps": state.step, "skipped": state.skipped,
+              "seconds": seconds, **{"overflow_skipped": int(s.scale.skipped) for s in scaled},
+              f"{job.unit}_per_s": (state.step - first_step) * cfg.batch_size * d.per_row / seconds,
+              **job.finish(cfg, run_dir, state, d)}
+    atomic.write(run_dir / "result.json", json.dumps(result, indent=1))
+    return result
 
 
 def _setup(job, cfg, run_dir, resume, progress):
+    """(data, train state, jitted step, batch placement): restored and laid out on the mesh."""
     d = job.data(cfg, run_dir, progress)
     rows = len(d.train)
     if rows < cfg.batch_size:
@@ -139,33 +160,3 @@ def _setup(job, cfg, run_dir, resume, progress):
         print(f"{cfg.model}: {model.param_count():,} parameters; {d.describe}; {steps} steps of "
               f"{cfg.batch_size}; {cfg.optimizer}, peak lr {cfg.peak_lr:g}; run dir {run_dir}", flush=True)
     return d, state, step, place
-
-
-def _train(job, cfg, run_dir, progress, d, state, step, place) -> dict:
-    eval_step = loop.make_eval_step(d.prepare)
-
-    def eval_fn(model):
-        if d.eval is None:
-            return {}
-        with fdata.Loader(d.eval, job.eval_batch(cfg), shuffle=False, transform=d.eval_transform,
-                          workers=min(cfg.workers, 1), **loop.process_shard()) as batches:
-            return loop.evaluate(model, map(place, batches), eval_step)
-
-    start, first_step, per_row = time.perf_counter(), state.step, job.per_row(cfg)
-    with fdata.Loader(d.train, cfg.batch_size, shuffle=True, seed=cfg.seed, drop_last=True, transform=d.augment,
-                      workers=cfg.workers, state=state.loader_state, **loop.process_shard()) as loader:
-        state = loop.fit(state, step, loader, epochs=cfg.epochs, run_dir=run_dir, eval_fn=eval_fn,
-                         meta={"config": dataclasses.asdict(cfg)}, progress=progress, max_steps=cfg.max_steps,
-                         unit=job.unit, count=lambda b: len(b[0]) * per_row, place=place,
-                         eval_name=job.eval_name, on_nonfinite=cfg.on_nonfinite, max_skips=cfg.max_skips,
-                         tensorboard=cfg.log == "tensorboard")
-    seconds = time.perf_counter() - start
-    final = state.last_eval if state.last_eval is not None and cfg.max_steps is None else eval_fn(state.model)
-    result = {**{f"{job.eval_name}_{k}": v for k, v in final.items()}, "steps": state.step,
-              "skipped": state.skipped, "seconds": seconds,
-              **{"overflow_skipped": int(s.scale.skipped) for s in optim.find_states(state.opt_state,
-                                                                                    precision.ScaledState)},
-              f"{job.unit}_per_s": (state.step - first_step) * cfg.batch_size * per_row / seconds,
-              **job.finish(cfg, run_dir, state, d)}
-    atomic.write(run_dir / "result.json", json.dumps(result, indent=1))
-    return result

@@ -69,18 +69,17 @@ def build_model(cfg: LMConfig, vocab_size: int, key):
 
 
 class LMJob(Job):
-    config, unit, eval_name = LMConfig, "tokens", "validation"
+    unit, eval_name = "tokens", "validation"
 
     def data(self, cfg, run_dir, progress) -> Data:
         tok = prepare_corpus(cfg, run_dir, progress)
         dtype = text.token_dtype(tok.vocab_size).__name__
-        train = data.TokenWindows(run_dir / "train.bin", cfg.seq_len, dtype)
-        val = data.TokenWindows(run_dir / "val.bin", cfg.seq_len, dtype)
+        train, val = (data.TokenWindows(run_dir / f"{part}.bin", cfg.seq_len, dtype) for part in ("train", "val"))
         if len(val) == 0:
             raise UsageError(f"--data {cfg.data}: the validation part is shorter than one window of "
                              f"{cfg.seq_len} tokens; give more text or a smaller --seq-len")
-        return Data(train, val, f"{len(train) * cfg.seq_len:,} training tokens, {len(val) * cfg.seq_len:,} "
-                    "validation tokens", extra={"tokenizer": tok})
+        tokens = f"{len(train) * cfg.seq_len:,} training tokens, {len(val) * cfg.seq_len:,} validation tokens"
+        return Data(train, val, tokens, per_row=cfg.seq_len, extra={"tokenizer": tok})
 
     def model(self, cfg, d, key):
         return build_model(cfg, d.extra["tokenizer"].vocab_size, key)
@@ -90,9 +89,6 @@ class LMJob(Job):
 
     def optimizer_args(self, cfg):
         return {"b1": 0.9, "b2": 0.95} if cfg.optimizer in ("adam", "adamw") else {}
-
-    def per_row(self, cfg):
-        return cfg.seq_len
 
     def finish(self, cfg, run_dir, state, d):
         return {"sample": sample(SampleConfig(str(run_dir), tokens=60), model=state.model, tok=d.extra["tokenizer"])}

@@ -161,9 +161,8 @@ def restore(run_dir, state: TrainState) -> TrainState:
     path = checkpoint.latest(pathlib.Path(run_dir) / "checkpoints")
     if path is None:
         return state
-    tree, meta = checkpoint.load(path, state.tree())
-    return TrainState(tree["model"], tree["opt_state"], tree["key"], meta["step"], meta.get("loader"),
-                      skipped=meta.get("skipped", 0))
+    tree, meta = checkpoint.load(path, state.tree())  # model, opt_state, key
+    return TrainState(**tree, step=meta["step"], loader_state=meta.get("loader"), skipped=meta.get("skipped", 0))
 
 
 def save(run_dir, state: TrainState, keep: int = 3, **meta) -> pathlib.Path:
@@ -214,9 +213,7 @@ def fit(state: TrainState, train_step, loader, *, epochs: int, run_dir, eval_fn=
         raise ValueError("fit: the loader yields no batches (fewer samples than one batch, with drop_last)")
     run_dir = pathlib.Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    meta = meta or {}
     with metrics_log.Log(run_dir, state.step, tensorboard) as log:
-        write = log.write
         while loader.epoch < epochs and (max_steps is None or state.step < max_steps):
             epoch, start_batch = loader.epoch, loader.batch
             bar = tqdm(total=len(loader), initial=start_batch, desc=f"epoch {epoch + 1}/{epochs}",
@@ -235,12 +232,11 @@ def fit(state: TrainState, train_step, loader, *, epochs: int, run_dir, eval_fn=
                 if state.step % log_every == 0 and bool(metrics["finite"]):  # waits for this step anyway
                     state, pending = policy(pending, state), None
                     rate = seen / (time.perf_counter() - t0)
-                    record = {"step": state.step, "epoch": epoch, "loss": float(metrics["loss"]),
-                              f"{unit}_per_s": rate, **{k: float(v) for k, v in metrics.items()
-                                                       if k not in ("loss", "finite")}}
+                    record = {"step": state.step, "epoch": epoch, "loss": float(metrics["loss"]), f"{unit}_per_s": rate,
+                              **{k: float(v) for k, v in metrics.items() if k not in ("loss", "finite")}}
                     if state.skipped:
                         record["skipped"] = state.skipped
-                    write(record)
+                    log.write(record)
                     bar.set_postfix(loss=f"{record['loss']:.4f}", per_s=f"{rate:.0f}")
                 if max_steps is not None and state.step >= max_steps:
                     break
@@ -249,9 +245,9 @@ def fit(state: TrainState, train_step, loader, *, epochs: int, run_dir, eval_fn=
             if loader.epoch > epoch and eval_fn is not None:
                 result = eval_fn(state.model)
                 state = dataclasses.replace(state, last_eval=result)
-                write({"step": state.step, "epoch": epoch, **{f"{eval_name}_{k}": v for k, v in result.items()}})
+                log.write({"step": state.step, "epoch": epoch, **{f"{eval_name}_{k}": v for k, v in result.items()}})
                 if progress:
                     print(f"epoch {epoch + 1}: " + ", ".join(f"{eval_name} {k} {v:.4f}" for k, v in result.items()),
                           flush=True)
-            save(run_dir, state, keep, **meta)
+            save(run_dir, state, keep, **(meta or {}))
     return state

@@ -16,14 +16,12 @@ def plot(run_dir, out=None) -> pathlib.Path:
     train = [r for r in records if "loss" in r]
     fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(10, 4))
     ax_loss.plot([r["step"] for r in train], [r["loss"] for r in train], label="train")
-    for name in ("test", "validation"):  # what fit(eval_name=...) logged after each epoch
-        rows = [r for r in records if f"{name}_loss" in r]
-        if rows:
-            ax_loss.plot([r["step"] for r in rows], [r[f"{name}_loss"] for r in rows], "o-", label=name)
-    for key, label in (("accuracy", "train"), ("test_accuracy", "test")):
+    # the other curves where logged: test_ and validation_ keys are what fit(eval_name=...) logged after each epoch
+    for ax, key, label in ((ax_loss, "test_loss", "test"), (ax_loss, "validation_loss", "validation"),
+                           (ax_acc, "accuracy", "train"), (ax_acc, "test_accuracy", "test")):
         rows = [r for r in records if key in r]
         if rows:
-            ax_acc.plot([r["step"] for r in rows], [r[key] for r in rows], "o-" if "test" in key else "-", label=label)
+            ax.plot([r["step"] for r in rows], [r[key] for r in rows], "-" if label == "train" else "o-", label=label)
     for ax, name in ((ax_loss, "loss"), (ax_acc, "accuracy")):
         ax.set_xlabel("step")
         ax.set_ylabel(name)
