@@ -41,6 +41,7 @@ import jax.numpy as jnp
 from frost.config import UsageError
 from frost.nn.module import buffer_mask
 from frost.optim import GradientTransformation, all_finite
+from frost.optim.transforms import update_if
 
 
 def cast(tree, dtype):
@@ -125,9 +126,6 @@ def dynamic_scaling(inner, initial: float = 2.0 ** 15, period: int = 2000) -> Gr
     def update(grads, state, params=None):
         grads = unscale(state.scale, grads)
         ok = all_finite(grads)
-        grads = jax.tree.map(lambda g: jnp.where(ok, g, jnp.zeros_like(g)), grads)
-        out, inner_state = inner.update(grads, state.inner, params)
-        inner_state = jax.tree.map(lambda new, old: jnp.where(ok, new, old), inner_state, state.inner)
-        out = jax.tree.map(lambda u: jnp.where(ok, u, jnp.zeros_like(u)), out)
+        out, inner_state = update_if(ok, inner, grads, state.inner, params)
         return out, ScaledState(inner_state, adjust(state.scale, ok, period))
     return GradientTransformation(lambda params: ScaledState(inner.init(params), loss_scale(initial)), update)

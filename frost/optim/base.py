@@ -160,26 +160,25 @@ def map_states(fn, state, prefix: str = ""):
     return state
 
 
-def find_states(state, cls) -> list:
-    """Every state of type `cls` inside `state`, in order."""
+def _named_states(state) -> list:
+    """[(s, prefix)] for every NamedTuple `s` inside `state`, in map_states' order (children first)."""
     found = []
 
     def visit(s, prefix):
-        if isinstance(s, cls):
-            found.append(s)
+        found.append((s, prefix))
         return s
     map_states(visit, state)
     return found
 
 
+def find_states(state, cls) -> list:
+    """Every state of type `cls` inside `state`, in order."""
+    return [s for s, _ in _named_states(state) if isinstance(s, cls)]
+
+
 def _hyper_keys(state) -> dict:
     """{(prefix, field name): key} for every hyper-parameter; a key is qualified only where ambiguous."""
-    found = []
-
-    def visit(s, prefix):
-        found.extend((prefix, n) for n in s._fields if n in HYPERPARAMS)
-        return s
-    map_states(visit, state)
+    found = [(prefix, n) for s, prefix in _named_states(state) for n in s._fields if n in HYPERPARAMS]
     counts = Counter(n for _, n in found)
     keys = {(p, n): n if counts[n] == 1 else p + n for p, n in found}
     if len(set(keys.values())) < len(found):
@@ -190,13 +189,9 @@ def _hyper_keys(state) -> dict:
 
 def get_hyperparams(state) -> dict:
     """{name: float32 scalar} of every hyper-parameter stored in an optimizer state."""
-    keys, out = _hyper_keys(state), {}
-
-    def visit(s, prefix):
-        out.update({keys[prefix, n]: getattr(s, n) for n in s._fields if (prefix, n) in keys})
-        return s
-    map_states(visit, state)
-    return out
+    keys = _hyper_keys(state)
+    return {keys[prefix, n]: getattr(s, n) for s, prefix in _named_states(state) for n in s._fields
+            if (prefix, n) in keys}
 
 
 def set_hyperparams(state, **values):

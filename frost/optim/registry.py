@@ -27,15 +27,9 @@ class Entry(NamedTuple):
     hessian: str | None = None
 
 
-OPTIMIZERS = {
-    "sgd": Entry(functools.partial(o.sgd, momentum=0.9, nesterov=True)),  # SGD with Nesterov momentum 0.9
-    "adam": Entry(o.adam),
-    "adamw": Entry(o.adamw),
-    "lion": Entry(o.lion),
-    "sophia": Entry(o.sophia, "gnb"),
-    "sophia-h": Entry(o.sophia, "hutchinson"),
-    "muon": Entry(o.muon),
-}
+OPTIMIZERS = {"sgd": Entry(functools.partial(o.sgd, momentum=0.9, nesterov=True)),  # with Nesterov momentum 0.9
+              "adam": Entry(o.adam), "adamw": Entry(o.adamw), "lion": Entry(o.lion), "sophia": Entry(o.sophia, "gnb"),
+              "sophia-h": Entry(o.sophia, "hutchinson"), "muon": Entry(o.muon)}
 
 
 def resolve(name: str) -> Entry:

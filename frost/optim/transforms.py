@@ -237,12 +237,12 @@ def update_hessian(state, estimate: Callable[[], Any]):
     interval, once per step (with gradient accumulation, on the first micro-step). A non-finite
     estimate is dropped and h is kept.
     """
-    found = []
+    if not find_states(state, SophiaState):
+        raise ValueError("update_hessian found no Sophia state (scale_by_sophia) in this optimizer state")
 
     def refresh(s, prefix):
         if not isinstance(s, SophiaState):
             return s
-        found.append(s)
 
         def fold():
             est = estimate()
@@ -253,10 +253,7 @@ def update_hessian(state, estimate: Callable[[], Any]):
         due = (s.count % s.interval == 0) & (s.h_step != s.count)
         h = jax.lax.cond(due, fold, lambda: s.h)
         return s._replace(h=h, h_step=jnp.where(due, s.count, s.h_step))
-    state = map_states(refresh, state)
-    if not found:
-        raise ValueError("update_hessian found no Sophia state (scale_by_sophia) in this optimizer state")
-    return state
+    return map_states(refresh, state)
 
 
 def hutchinson(loss_fn: Callable, params, *, key) -> Updates:
@@ -376,6 +373,15 @@ def accumulate(inner, k: int) -> GradientTransformation:
     return GradientTransformation(init, update)
 
 
+def update_if(ok, inner, u, inner_state, params=None):
+    """`inner.update(u, inner_state, params)` where the boolean scalar `ok` is True; otherwise zero
+    updates and `inner_state` exactly as it was (the one skip rule of skip_nonfinite and
+    frost.nn.precision.dynamic_scaling)."""
+    out, new_state = inner.update(u, inner_state, params)
+    new_state = jax.tree.map(lambda new, old: jnp.where(ok, new, old), new_state, inner_state)
+    return jax.tree.map(lambda x: jnp.where(ok, x, jnp.zeros_like(x)), out), new_state
+
+
 class GuardState(NamedTuple):
     inner: Any
     skipped: jax.Array      # steps skipped so far
@@ -391,9 +397,7 @@ def skip_nonfinite(inner) -> GradientTransformation:
 
     def update(u, state, params=None):
         ok = all_finite(u)
-        out, inner_state = inner.update(u, state.inner, params)
-        inner_state = jax.tree.map(lambda new, old: jnp.where(ok, new, old), inner_state, state.inner)
-        out = jax.tree.map(lambda x: jnp.where(ok, x, jnp.zeros_like(x)), out)
+        out, inner_state = update_if(ok, inner, u, state.inner, params)
         bad = (~ok).astype(jnp.int32)
         return out, GuardState(inner_state, state.skipped + bad, (state.consecutive + 1) * bad)
     return GradientTransformation(init, update)
