@@ -45,9 +45,8 @@ def _activation(name, fn):
     return type(name, (Module,), {"__call__": lambda self, x: fn(x), "__doc__": f"{name} activation as a module."})
 
 
-ReLU, GELU, SiLU, Sigmoid, Tanh = (_activation(n, f) for n, f in
-                                   [("ReLU", relu), ("GELU", gelu), ("SiLU", silu), ("Sigmoid", sigmoid), ("Tanh", tanh)])
-Identity = _activation("Identity", lambda x: x)
+ReLU, GELU, SiLU, Sigmoid, Tanh, Identity = (_activation(n, f) for n, f in [
+    ("ReLU", relu), ("GELU", gelu), ("SiLU", silu), ("Sigmoid", sigmoid), ("Tanh", tanh), ("Identity", lambda x: x)])
 
 
 class Flatten(Module):

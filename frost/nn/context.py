@@ -25,7 +25,7 @@ import threading
 
 import jax
 
-from frost.nn.module import Module, is_module
+from frost.nn.module import Module, is_module, map_children
 
 _local = threading.local()
 
@@ -74,9 +74,7 @@ def _write_back(tree, records: dict):
         if id(x) in records:
             found.add(id(x))
             x = x.replace(**records[id(x)][1])  # keeps the child objects, so their ids still match
-        kids = {f.name: jax.tree.map(visit, x.__dict__[f.name], is_leaf=is_module)
-                for f in dataclasses.fields(x) if not f.metadata.get("static")}
-        return x.replace(**kids)
+        return map_children(x, lambda _, value: jax.tree.map(visit, value, is_leaf=is_module))
     out = jax.tree.map(visit, tree, is_leaf=is_module)
     lost = [layer for i, (layer, _) in records.items() if i not in found]
     if lost:

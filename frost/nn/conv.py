@@ -57,8 +57,7 @@ class Conv(Module):
         if n not in _SPATIAL:
             raise ValueError(f"num_spatial_dims must be 1, 2 or 3, got {n}")
         if min(in_channels, out_channels, groups) < 1:
-            raise ValueError(f"in_channels={in_channels}, out_channels={out_channels} and groups={groups} "
-                             "must be >= 1")
+            raise ValueError(f"in_channels={in_channels}, out_channels={out_channels} and groups={groups} must be >= 1")
         if in_channels % groups or out_channels % groups:
             raise ValueError(f"groups={groups} must divide in_channels={in_channels} and out_channels={out_channels}")
         self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups

@@ -7,10 +7,10 @@ from frost.nn.module import Module, expand_to, shape_error, static
 
 
 def check_float_input(layer: Module, x, weight, expected: str):
-    """Shared input check: a floating array whose dtype matches the layer's weights."""
+    """Shared input check: a floating array whose dtype matches the layer's weights (if it has any)."""
     if not hasattr(x, "dtype") or not jnp.issubdtype(x.dtype, jnp.floating):
         raise shape_error(layer, f"{expected} of a floating dtype", x)
-    if x.dtype != weight.dtype:
+    if weight is not None and x.dtype != weight.dtype:
         raise shape_error(layer, f"{expected} of dtype {weight.dtype.name} (the weights' dtype; cast the input, "
                           "or the model with jax.tree.map(lambda a: a.astype(...), model))", x)
 

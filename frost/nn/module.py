@@ -50,19 +50,17 @@ def is_module(x) -> bool:
     return isinstance(x, Module)
 
 
+def map_children(module, fn):
+    """`module` with each child (non-static) field's value replaced by `fn(field, value)`."""
+    return module.replace(**{f.name: fn(f, module.__dict__[f.name]) for f in dataclasses.fields(module)
+                             if not f.metadata.get("static")})
+
+
 def buffer_mask(tree):
     """A tree of bools shaped like `tree`: True at buffer leaves, False at every other leaf."""
-    def visit(x):
-        if not isinstance(x, Module):
-            return False
-        changes = {}
-        for f in dataclasses.fields(x):
-            if f.metadata.get("static"):
-                continue
-            value = x.__dict__[f.name]
-            changes[f.name] = jax.tree.map(lambda _: True, value) if f.metadata.get("buffer") else buffer_mask(value)
-        return x.replace(**changes)
-    return jax.tree.map(visit, tree, is_leaf=is_module)
+    def child(field, value):
+        return jax.tree.map(lambda _: True, value) if field.metadata.get("buffer") else buffer_mask(value)
+    return jax.tree.map(lambda x: map_children(x, child) if isinstance(x, Module) else False, tree, is_leaf=is_module)
 
 
 def trainable_mask(tree):
@@ -85,13 +83,6 @@ def expand_to(v, ndim: int):
     """Reshape a trailing-axes array to rank `ndim` by adding leading 1s (explicit broadcasting,
     since Frost's tests run with rank promotion set to raise)."""
     return v.reshape((1,) * (ndim - v.ndim) + v.shape)
-
-
-def _split_fields(cls):
-    fields = dataclasses.fields(cls)
-    children = tuple(f.name for f in fields if not f.metadata.get("static", False))
-    statics = tuple(f.name for f in fields if f.metadata.get("static", False))
-    return children, statics
 
 
 def _wrap_init(user_init):
@@ -123,11 +114,16 @@ class Module:
         if not inherited_custom:  # wrap ours, or the dataclass-generated one
             cls.__init__ = _wrap_init(cls.__dict__["__init__"])
         cls._frost_custom_init = own_init or inherited_custom
-        children, statics = _split_fields(cls)
+        children = tuple(f.name for f in dataclasses.fields(cls) if not f.metadata.get("static"))
+        statics = tuple(f.name for f in dataclasses.fields(cls) if f.metadata.get("static"))
+        keys = tuple(jax.tree_util.GetAttrKey(n) for n in children)
+
+        def flatten(m):
+            return tuple(m.__dict__[n] for n in children), tuple(m.__dict__[n] for n in statics)
 
         def flatten_with_keys(m):
-            kids = tuple((jax.tree_util.GetAttrKey(n), m.__dict__[n]) for n in children)
-            return kids, tuple(m.__dict__[n] for n in statics)
+            kids, aux = flatten(m)
+            return tuple(zip(keys, kids)), aux
 
         def unflatten(aux, kids):
             m = object.__new__(cls)
@@ -135,10 +131,7 @@ class Module:
             m.__dict__.update(zip(statics, aux))
             return m
 
-        jax.tree_util.register_pytree_with_keys(
-            cls, flatten_with_keys, unflatten,
-            flatten_func=lambda m: (tuple(m.__dict__[n] for n in children),
-                                    tuple(m.__dict__[n] for n in statics)))
+        jax.tree_util.register_pytree_with_keys(cls, flatten_with_keys, unflatten, flatten_func=flatten)
 
     def __setattr__(self, name, value):
         if self.__dict__.get(_INIT_FLAG):
@@ -157,15 +150,13 @@ class Module:
         if unknown:
             raise TypeError(f"{type(self).__name__} has no field(s) {sorted(unknown)}; fields are {sorted(names)}")
         new = object.__new__(type(self))
-        new.__dict__.update(self.__dict__)
-        new.__dict__.update(changes)
+        new.__dict__.update(self.__dict__, **changes)
         return new
 
     def param_count(self) -> int:
         """Number of scalars in the floating-point parameter leaves (buffers excluded)."""
         leaves = jax.tree.leaves(jax.tree.map(lambda x, b: None if b else x, self, buffer_mask(self)))
-        return sum(int(np.prod(x.shape)) for x in leaves
-                   if hasattr(x, "dtype") and np.issubdtype(x.dtype, np.inexact))
+        return sum(int(np.prod(x.shape)) for x in leaves if hasattr(x, "dtype") and np.issubdtype(x.dtype, np.inexact))
 
     def describe(self) -> str:
         """A one-line name with the configuration, used in error messages."""
@@ -188,10 +179,7 @@ def _leaf_repr(x) -> str:
 def _repr(obj, depth: int) -> str:
     pad = "  " * (depth + 1)
     if isinstance(obj, Module):
-        items = [(f.name, obj.__dict__.get(f.name)) for f in dataclasses.fields(obj)]
-        if not items:
-            return f"{type(obj).__name__}()"
-        parts = [f"{k}={_repr(v, depth + 1)}" for k, v in items]
+        parts = [f"{f.name}={_repr(obj.__dict__.get(f.name), depth + 1)}" for f in dataclasses.fields(obj)]
         if not any("\n" in p for p in parts) and sum(map(len, parts)) < 80:
             return f"{type(obj).__name__}({', '.join(parts)})"
         body = ",\n".join(pad + p for p in parts)

@@ -31,10 +31,11 @@ def _affine(y, weight, bias, dtype):  # y in float32 -> y * weight + bias in `dt
     return y.astype(dtype)
 
 
-def _check_channels(layer, x, channels: int, min_ndim: int, ref):
-    if getattr(x, "ndim", 0) < min_ndim or x.shape[-1] != channels:
+def _check_channels(layer, x, channels: int):
+    """BatchNorm/GroupNorm input check: (N, ..., channels)."""
+    if getattr(x, "ndim", 0) < 2 or x.shape[-1] != channels:
         raise shape_error(layer, f"(N, ..., {channels})", x)
-    check_float_input(layer, x, ref, f"(N, ..., {channels})")
+    check_float_input(layer, x, layer.weight, f"(N, ..., {channels})")
 
 
 def _check_trailing(layer, x) -> tuple:
@@ -42,7 +43,7 @@ def _check_trailing(layer, x) -> tuple:
     k = len(layer.shape)
     if getattr(x, "ndim", 0) < k or tuple(x.shape[x.ndim - k:]) != layer.shape:
         raise shape_error(layer, f"(..., {', '.join(map(str, layer.shape))})", x)
-    check_float_input(layer, x, layer.weight if layer.weight is not None else x, "a floating array")
+    check_float_input(layer, x, layer.weight, "a floating array")
     return tuple(range(x.ndim - k, x.ndim))
 
 
@@ -63,7 +64,7 @@ class BatchNorm(Module):
         self.num_features, self.eps, self.momentum = num_features, eps, momentum
 
     def __call__(self, x):  # (N, ..., C) -> (N, ..., C)
-        _check_channels(self, x, self.num_features, 2, self.weight if self.weight is not None else x)
+        _check_channels(self, x, self.num_features)
         axes, xf = tuple(range(x.ndim - 1)), _f32(x)
         if context.is_training():
             mean, var = jnp.mean(xf, axes), jnp.var(xf, axes)  # (C,), biased
@@ -124,8 +125,7 @@ class GroupNorm(Module):
     num_channels: int = static()
     eps: float = static()
 
-    def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True,
-                 dtype=jnp.float32):
+    def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True, dtype=jnp.float32):
         if num_channels % num_groups:
             raise ValueError(f"GroupNorm: num_groups={num_groups} must divide num_channels={num_channels}")
         self.weight = jnp.ones(num_channels, dtype) if affine else None
@@ -133,7 +133,7 @@ class GroupNorm(Module):
         self.num_groups, self.num_channels, self.eps = num_groups, num_channels, eps
 
     def __call__(self, x):  # (N, ..., C) -> same
-        _check_channels(self, x, self.num_channels, 2, self.weight if self.weight is not None else x)
+        _check_channels(self, x, self.num_channels)
         g = _f32(x).reshape(*x.shape[:-1], self.num_groups, self.num_channels // self.num_groups)  # (N, ..., G, C/G)
         axes = tuple(range(1, g.ndim - 2)) + (g.ndim - 1,)
         mean, var = jnp.mean(g, axes, keepdims=True), jnp.var(g, axes, keepdims=True)
