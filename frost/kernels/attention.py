@@ -85,10 +85,9 @@ class BlockSizes:
     def fit(self, q_len: int, kv_len: int) -> BlockSizes:
         """Shrink blocks that are longer than the sequence they tile (rounded up to a power of 2)."""
         tq, tk = max(16, pl.next_power_of_2(q_len)), max(16, pl.next_power_of_2(kv_len))
-        return dataclasses.replace(
-            self, block_q=min(self.block_q, tq), block_k=min(self.block_k, tk),
-            block_q_dkv=min(self.block_q_dkv, tq), block_k_dkv=min(self.block_k_dkv, tk),
-            block_q_dq=min(self.block_q_dq, tq), block_k_dq=min(self.block_k_dq, tk))
+        fitted = {f.name: min(getattr(self, f.name), tq if f.name.startswith("block_q") else tk)
+                  for f in dataclasses.fields(self)[:6]}  # the six block sizes
+        return dataclasses.replace(self, **fitted)
 
 
 @functools.partial(jax.jit, static_argnames=("causal", "scale", "block_sizes", "interpret"))
@@ -114,9 +113,8 @@ def flash_attention(q, k, v, *, causal: bool = False, key_padding_mask=None, sca
     t_pad = _round_up(t, max(blocks.block_q, blocks.block_q_dkv, blocks.block_q_dq))
     s_pad = _round_up(s, max(blocks.block_k, blocks.block_k_dkv, blocks.block_k_dq))
     q, k, v = (_pad_seq(x, n) for x, n in ((q, t_pad), (k, s_pad), (v, s_pad)))
-    keep = None  # (B, S_pad) int32, 1 = attend; padded keys beyond S are masked by the kernels
-    if key_padding_mask is not None:
-        keep = jnp.pad(key_padding_mask.astype(jnp.int32), ((0, 0), (0, s_pad - s)))
+    # keep: (B, S_pad) int32, 1 = attend; padded keys beyond S are masked by the kernels
+    keep = None if key_padding_mask is None else jnp.pad(key_padding_mask.astype(jnp.int32), ((0, 0), (0, s_pad - s)))
     return _flash(q, k, v, keep, causal, scale, s, blocks, interpret)[:, :t]
 
 
@@ -160,17 +158,19 @@ def _key_bounds(i, block_q, block_k, n_k, causal):
     return 0, full, stop
 
 
+def _head_mask(ref, head_dim):
+    """(1, D_pad): True at the real head-dimension columns; None when D is a power of 2 (no padding)."""
+    return None if ref.shape[-1] == head_dim else (jnp.arange(ref.shape[-1]) < head_dim)[None, :]
+
+
 def _loader(ref, head_dim):
     """plgpu.load with the padded head-dimension columns masked off (when D is not a power of 2)."""
-    if ref.shape[-1] == head_dim:
-        return plgpu.load
-    head = (jnp.arange(ref.shape[-1]) < head_dim)[None, :]  # (1, D_pad)
-    return functools.partial(plgpu.load, mask=head, other=0.0)
+    mask = _head_mask(ref, head_dim)
+    return plgpu.load if mask is None else functools.partial(plgpu.load, mask=mask, other=0.0)
 
 
 def _store(ref, x, head_dim):
-    mask = None if ref.shape[-1] == head_dim else (jnp.arange(ref.shape[-1]) < head_dim)[None, :]
-    plgpu.store(ref, x.astype(ref.dtype), mask=mask)
+    plgpu.store(ref, x.astype(ref.dtype), mask=_head_mask(ref, head_dim))
 
 
 def _forward_kernel(q_ref, k_ref, v_ref, keep_ref, o_ref, lse_ref, *, block_k, head_dim, causal, **opts):
@@ -231,8 +231,7 @@ def _dkdv_kernel(q_ref, k_ref, v_ref, keep_ref, do_ref, lse_ref, delta_ref, dk_r
     _store(dv_ref, dv, head_dim)
 
 
-def _dq_kernel(q_ref, k_ref, v_ref, keep_ref, do_ref, lse_ref, delta_ref, dq_ref, *, block_k, head_dim, causal,
-               **opts):
+def _dq_kernel(q_ref, k_ref, v_ref, keep_ref, do_ref, lse_ref, delta_ref, dq_ref, *, block_k, head_dim, causal, **opts):
     block_q, load = q_ref.shape[0], _loader(q_ref, head_dim)
     i = pl.program_id(0)
     q, do = load(q_ref), load(do_ref)  # (block_q, D_pad) each
@@ -324,8 +323,7 @@ def _flash_fwd(q, k, v, keep, causal, scale, kv_len, blocks, interpret):
 
 
 def _flash_bwd(causal, scale, kv_len, blocks, interpret, residuals, do):
-    q, k, v, keep, o, lse = residuals
-    return (*_backward(q, k, v, keep, o, lse, do, causal, scale, kv_len, blocks, interpret), None)
+    return (*_backward(*residuals, do, causal, scale, kv_len, blocks, interpret), None)  # no cotangent for keep
 
 
 _flash.defvjp(_flash_fwd, _flash_bwd)
@@ -338,11 +336,8 @@ def attention_reference(q, k, v, *, causal: bool = False, key_padding_mask=None,
     """
     t, s, d = q.shape[1], k.shape[1], q.shape[-1]
     scale = d ** -0.5 if scale is None else scale
-    f32 = jnp.float32
-    scores = jnp.einsum("bthd,bshd->bhts", q.astype(f32), k.astype(f32)) * scale  # (B, H, T, S)
-    valid = jnp.ones((1, 1, t, s), bool)
-    if causal:
-        valid = jnp.tril(valid)
+    scores = jnp.einsum("bthd,bshd->bhts", q.astype(jnp.float32), k.astype(jnp.float32)) * scale  # (B, H, T, S)
+    valid = jnp.tril(jnp.ones((1, 1, t, s), bool)) if causal else jnp.ones((1, 1, t, s), bool)
     if key_padding_mask is not None:
         valid = jnp.logical_and(valid, key_padding_mask[:, None, None, :])
     scores = jnp.where(valid, scores, -jnp.inf)
@@ -351,4 +346,4 @@ def attention_reference(q, k, v, *, causal: bool = False, key_padding_mask=None,
     p = jnp.where(valid, jnp.exp(scores - m), 0.0)
     denom = p.sum(axis=-1, keepdims=True)
     p = p / jnp.where(denom == 0.0, 1.0, denom)
-    return jnp.einsum("bhts,bshd->bthd", p, v.astype(f32)).astype(q.dtype)
+    return jnp.einsum("bhts,bshd->bthd", p, v.astype(jnp.float32)).astype(q.dtype)
