@@ -25,15 +25,11 @@ def fsync(path) -> None:
         os.close(fd)
 
 
-def _tmp(path: pathlib.Path) -> pathlib.Path:
-    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
-
-
 def write(path, data) -> pathlib.Path:
     """Replace `path` with `data` (bytes, or str written as UTF-8, or an iterable of them, streamed:
     a token file larger than memory) atomically and durably."""
     path = pathlib.Path(path)
-    tmp = _tmp(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
         with os.fdopen(fd, "wb") as f:

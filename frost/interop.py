@@ -31,6 +31,8 @@ from frost.models import gpt, resnet
 GPT2_LAYERS = {"ln1": "ln_1", "ln2": "ln_2", "qkv": "attn.c_attn", "proj": "attn.c_proj", "fc": "mlp.c_fc",
                "out": "mlp.c_proj"}
 GPT2_GELU = {"gelu_new": True, "gelu_pytorch_tanh": True, "gelu": False}  # name -> tanh approximation?
+# Frost layout -> torch's, by rank: (in, out) -> (out, in); (kh, kw, in, out) -> (out, in, kh, kw); and back
+TORCH_AXES, FROST_AXES = {2: (1, 0), 4: (3, 2, 0, 1)}, {2: (1, 0), 4: (2, 3, 1, 0)}
 RESNETS = {"resnet18": resnet.resnet18, "resnet34": resnet.resnet34, "resnet50": resnet.resnet50}
 
 
@@ -42,16 +44,10 @@ def _path(tree_path) -> str:
     return jax.tree_util.keystr(tree_path, simple=True, separator=".")
 
 
-def _to_torch(a):  # Frost layout -> torch layout: (kh, kw, in, out) -> (out, in, kh, kw); (in, out) -> (out, in)
-    return a.transpose(3, 2, 0, 1) if a.ndim == 4 else a.T
-
-
-def _torch_shape(shape) -> tuple:
-    return (shape[3], shape[2], shape[0], shape[1]) if len(shape) == 4 else tuple(reversed(shape))
-
-
-def _to_frost(a):
-    return a.transpose(2, 3, 1, 0) if a.ndim == 4 else a.T
+def _named_leaves(tree, rename) -> list:
+    """[(peer name, transposed?, leaf)] for the leaves of `tree` in order; `rename(path, ndim)` names them."""
+    return [(*rename(_path(tree_path), len(leaf.shape)), leaf)
+            for tree_path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]]
 
 
 def _brief(keys, limit=8) -> str:
@@ -93,11 +89,8 @@ def read_weights(source) -> dict:
 def _fill(template, weights: dict, rename, source, ignore=()):
     """`template` (a tree of ShapeDtypeStructs) filled from `weights` {peer name: array}; `rename(path,
     ndim)` gives a leaf's (peer name, transposed?). Keys ending in `ignore` may be left over."""
-    paths, treedef = jax.tree_util.tree_flatten_with_path(template)
-    wanted = {}
-    for tree_path, leaf in paths:
-        name, transposed = rename(_path(tree_path), len(leaf.shape))
-        wanted[name] = (leaf, transposed, _torch_shape(leaf.shape) if transposed else tuple(leaf.shape))
+    wanted = {name: (leaf, t, tuple(leaf.shape[i] for i in TORCH_AXES[leaf.ndim]) if t else tuple(leaf.shape))
+              for name, t, leaf in _named_leaves(template, rename)}  # peer name -> (leaf, transposed?, peer's shape)
     missing = set(wanted) - set(weights)
     unexpected = {k for k in set(weights) - set(wanted) if not k.endswith(tuple(ignore))}
     shapes = [f"{k} {list(weights[k].shape)} (the model's is {list(s)})" for k, (_, _, s) in wanted.items()
@@ -105,17 +98,14 @@ def _fill(template, weights: dict, rename, source, ignore=()):
     if missing or unexpected or shapes:
         raise WeightsError(f"{source}: the weights do not fit the model: missing keys: {_brief(missing)}; "
                            f"unexpected keys: {_brief(unexpected)}; shapes that differ: {_brief(shapes)}")
-    leaves = [jnp.asarray((_to_frost(weights[k]) if t else weights[k]).astype(leaf.dtype))
+    leaves = [jnp.asarray((weights[k].transpose(FROST_AXES[leaf.ndim]) if t else weights[k]).astype(leaf.dtype))
               for k, (leaf, t, _) in wanted.items()]
-    return jax.tree.unflatten(treedef, leaves)
+    return jax.tree.unflatten(jax.tree.structure(template), leaves)
 
 
 def _export(model, rename) -> dict:
-    out = {}
-    for tree_path, leaf in jax.tree_util.tree_flatten_with_path(model)[0]:
-        name, transposed = rename(_path(tree_path), np.ndim(leaf))
-        out[name] = np.array(_to_torch(np.asarray(leaf)) if transposed else leaf, order="C")  # a writable copy
-    return out
+    return {name: np.array(np.asarray(leaf).transpose(TORCH_AXES[leaf.ndim]) if t else leaf, order="C")
+            for name, t, leaf in _named_leaves(model, rename)}  # np.array: a writable copy
 
 
 # --- GPT-2 (transformers' GPT2LMHeadModel) ---

@@ -39,8 +39,7 @@ def replicated(tree, mesh: Mesh):
 
 def _fsdp_spec(shape, size: int, axis: str) -> P:
     """Shard the largest axis that `size` divides; replicate when none does (scalars, odd sizes)."""
-    order = sorted(range(len(shape)), key=lambda i: -shape[i])
-    for i in order:
+    for i in sorted(range(len(shape)), key=lambda i: -shape[i]):  # largest axis first
         if shape[i] % size == 0 and shape[i] >= size:
             return P(*[axis if j == i else None for j in range(len(shape))])
     return P()

@@ -65,9 +65,9 @@ class Block(nn.Module):
         self.drop, self.heads, self.rotary = nn.Dropout(dropout), heads, use_rotary
         self.gelu_approximate = gelu_approximate
 
-    def attend(self, x, positions, cache=None, length=None):
+    def attend(self, x, positions, cache=None):
         """Self-attention of x (B, T, C) at `positions`; with a cache (k, v: (B, S, H, D)), write
-        this step's keys/values at `positions` and attend to the first `length` cached ones."""
+        this step's keys/values at `positions` and let each query attend to the cached positions up to its own."""
         B, T, C = x.shape
         q, k, v = jnp.split(self.qkv(x).reshape(B, T, 3 * self.heads, C // self.heads), 3, axis=2)  # (B, T, H, D)
         if self.rotary:
@@ -127,16 +127,11 @@ class GPT(nn.Module):
         return x if self.pos is None else x + jnp.take(self.pos, positions, axis=0)[None]
 
     def __call__(self, ids):  # (B, T) -> (B, T, V)
-        self.check(ids)
-        positions = jnp.arange(ids.shape[1])
-        x = self.embed_at(ids, positions)
-        for block in self.blocks:
-            x, _ = block(x, positions)
-        return self.logits(x)
+        return self.step(ids, 0, (None,) * len(self.blocks))[0]
 
     def step(self, ids, start, cache):
         """Logits for `ids` (B, T) placed at positions start..start+T-1, using and updating `cache`
-        (a tuple of (k, v) per block, each (B, max_len, H, D))."""
+        (a tuple of (k, v) per block, each (B, max_len, H, D); or of None: no cache, as `__call__`)."""
         self.check(ids)
         positions = start + jnp.arange(ids.shape[1])
         x = self.embed_at(ids, positions)
@@ -147,9 +142,8 @@ class GPT(nn.Module):
         return self.logits(x), tuple(new_cache)
 
     def empty_cache(self, batch: int, dtype=jnp.float32):
-        block = self.blocks[0]
-        heads, dim = block.heads, block.qkv.in_features
-        shape = (batch, self.max_len, heads, dim // heads)
+        heads = self.blocks[0].heads
+        shape = (batch, self.max_len, heads, self.embed.dim // heads)  # (B, max_len, H, D)
         return tuple((jnp.zeros(shape, dtype), jnp.zeros(shape, dtype)) for _ in self.blocks)
 
 
@@ -167,7 +161,7 @@ def sample_token(logits, key, temperature: float = 1.0, top_k: int | None = None
 def generate(model: GPT, prompt, max_new_tokens: int, *, key, temperature: float = 1.0, top_k: int | None = None):
     """Extend `prompt` (B, T0) by `max_new_tokens` tokens; returns (B, T0 + max_new_tokens).
     Compiled once per model configuration, prompt shape, length and sampling settings."""
-    B, T0 = prompt.shape
+    T0 = prompt.shape[1]
     if T0 + max_new_tokens > model.max_len:
         raise ValueError(f"GPT.generate: prompt length {T0} + {max_new_tokens} new tokens exceeds "
                          f"max_len={model.max_len}")
@@ -188,5 +182,4 @@ def _generate(model, prompt, key, max_new_tokens, temperature, top_k):
 
     tokens = jnp.zeros((B, T0 + max_new_tokens), prompt.dtype).at[:, :T0].set(prompt)
     tokens = tokens.at[:, T0].set(first.astype(prompt.dtype))
-    tokens, _ = jax.lax.fori_loop(1, max_new_tokens, body, (tokens, cache))
-    return tokens
+    return jax.lax.fori_loop(1, max_new_tokens, body, (tokens, cache))[0]

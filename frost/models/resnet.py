@@ -95,12 +95,9 @@ class ResNet(nn.Module):
 
     def __init__(self, block, depths, widths, num_classes, in_channels, imagenet_stem, option, *, key):
         keys = iter(jax.random.split(key, sum(depths) + 2))
-        if imagenet_stem:
-            self.stem = nn.Sequential(_conv(in_channels, widths[0], 7, 2, next(keys)), nn.BatchNorm(widths[0]),
-                                      nn.ReLU(), nn.MaxPool(3, stride=2, padding=1))
-        else:
-            self.stem = nn.Sequential(_conv(in_channels, widths[0], 3, 1, next(keys)), nn.BatchNorm(widths[0]),
-                                      nn.ReLU())
+        size, stride = (7, 2) if imagenet_stem else (3, 1)
+        stem = [_conv(in_channels, widths[0], size, stride, next(keys)), nn.BatchNorm(widths[0]), nn.ReLU()]
+        self.stem = nn.Sequential(*stem, nn.MaxPool(3, stride=2, padding=1)) if imagenet_stem else nn.Sequential(*stem)
         blocks, cin = [], widths[0]
         for stage, (depth, width) in enumerate(zip(depths, widths)):
             for i in range(depth):
