@@ -172,7 +172,7 @@ def _make_env(name: str):
 
 
 def _network(algo: str, env: str, hidden: int):
-    """(network builder (key) -> model, obs shape) of `algo` on `env`."""
+    """The network builder (key) -> model of `algo` on `env` (a template for loading a checkpoint)."""
     from frost.rl import dqn, envs, ppo
     if env.startswith("gym:"):
         probe = _make_env(env)()
@@ -188,24 +188,22 @@ def evaluate(algo: str, env: str, models, seeds):
     import jax
     import numpy as np
 
-    from frost.rl import actors
+    from frost.rl import actors, anakin
+    if env.startswith("gym:"):  # host envs: (model, obs (N, ...)) -> actions, one model of `models` at a time
+        policy = anakin.jit(lambda model, obs: _algo(algo).greedy(model)(obs))
+        return [actors.evaluate(_make_env(env), functools.partial(policy, jax.tree.map(lambda x: x[i], models)), seed=s)
+                for i, s in enumerate(seeds)]
     keys = jax.vmap(lambda s: jax.random.fold_in(jax.random.key(s), 1 << 20))(np.asarray(seeds, np.uint32))
-    if not env.startswith("gym:"):
-        return _evaluator(algo, env)(models, keys)
-    return [actors.evaluate(_make_env(env), functools.partial(_evaluator(algo, env), jax.tree.map(lambda x: x[i], models)),
-                            seed=s) for i, s in enumerate(seeds)]
+    return _evaluator(algo, env)(models, keys)
 
 
 @functools.lru_cache
 def _evaluator(algo: str, env: str):
-    """jnp env: (models, keys) -> mean returns, one per seed; host env: (model, obs) -> actions."""
+    """(models, keys) -> the mean greedy return on jnp env `env` of each seed's model (compiled once)."""
     import jax
 
     from frost.rl import anakin, envs
-    greedy = _algo(algo).greedy
-    if env.startswith("gym:"):
-        return anakin.jit(lambda model, obs: greedy(model)(obs))
-    e = envs.make(env)
+    e, greedy = envs.make(env), _algo(algo).greedy
     return anakin.jit(jax.vmap(lambda m, k: anakin.evaluate(e, greedy(m), k)))
 
 
