@@ -97,23 +97,21 @@ def add_options(parser: argparse.ArgumentParser, classes, labels=None) -> None:
     """One option per CLI field of the config classes (their union); each defaults to None, so
     `from_args` can tell which were given. `labels[i]` names class i in the defaults of the help."""
     seen = {}
-    for cls, label in zip(classes, labels or [cls.__name__ for cls in classes]):
+    for cls, label in zip(classes, labels or [c.__name__ for c in classes]):
         hints = typing.get_type_hints(cls)
         for f in dataclasses.fields(cls):
             meta = _meta(cls, f.name)
             if meta.get("cli", True):
                 seen.setdefault(f.name, (hints[f.name], meta, []))[2].append((label, f.default))
     for name, (hint, meta, defaults) in seen.items():
-        kind = _arg_type(hint)
+        kind, choices = _arg_type(hint), meta.get("choices")
         values = {repr(d) for _, d in defaults}
         default = ("" if values == {"None"} else f" (default {defaults[0][1]})" if len(values) == 1 else
                    " (default " + ", ".join(f"{d} ({label})" for label, d in defaults) + ")")
         help = (meta.get("help", "") + default).replace("%", "%%")
-        if kind is bool:
-            parser.add_argument(flag(name), action=argparse.BooleanOptionalAction, default=None, help=help)
-        else:
-            parser.add_argument(flag(name), type=kind, default=None, help=help, choices=meta.get("choices"),
-                                metavar=None if meta.get("choices") else name.upper())
+        how = ({"action": argparse.BooleanOptionalAction} if kind is bool else  # --x / --no-x
+               {"type": kind, "choices": choices, "metavar": None if choices else name.upper()})
+        parser.add_argument(flag(name), default=None, help=help, **how)
     parser.set_defaults(_config_options=tuple(seen))
 
 

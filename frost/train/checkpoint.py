@@ -159,12 +159,10 @@ def save(directory, step: int, tree, meta: dict | None = None, keep: int = 3) ->
     entries, mine = {}, {}
     for name, leaf in _names(tree):
         dtype, shape = _spec(leaf)
-        shards = []
-        for k, (bounds, writer, data) in enumerate(_shards(name, jax.random.key_data(leaf) if _is_key(leaf) else leaf,
-                                                           shape)):
-            shards.append({"index": [list(b) for b in bounds], "file": filename(writer), "key": f"{name}#{k}"})
-            if writer == me:
-                mine[f"{name}#{k}"] = _stored(data)
+        parts = _shards(name, jax.random.key_data(leaf) if _is_key(leaf) else leaf, shape)
+        shards = [{"index": [list(b) for b in bounds], "file": filename(writer), "key": f"{name}#{k}"}
+                  for k, (bounds, writer, _) in enumerate(parts)]
+        mine.update({s["key"]: _stored(data) for s, (_, writer, data) in zip(shards, parts) if writer == me})
         entries[name] = {"dtype": dtype, "shape": list(shape), "sharding": _describe(leaf), "shards": shards}
     with _staging(final, count) as tmp:
         atomic.write(tmp / filename(me), safetensors_bytes(mine))
@@ -191,8 +189,8 @@ def checkpoints(directory) -> list[pathlib.Path]:
 
 
 def latest(directory) -> pathlib.Path | None:
-    found = checkpoints(directory)
-    return found[-1] if found else None
+    """The newest checkpoint in `directory`, or None."""
+    return max(checkpoints(directory), default=None)
 
 
 def read_manifest(path) -> dict:

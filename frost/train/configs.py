@@ -53,14 +53,12 @@ class Config(Checked):
                                    optional(_whole(positive)))
     limit: int | None = option(None, "use only the first N examples (images; characters for gpt)",
                                optional(_whole(positive)))
-    mesh: str | None = option(None, "devices as AXIS=SIZE: data=8 (data parallel), data=4,model=2",
-                              optional(_mesh))
+    mesh: str | None = option(None, "devices as AXIS=SIZE: data=8 (data parallel), data=4,model=2", optional(_mesh))
     strategy: str = option("dp", "with --mesh: replicated parameters (dp), fully sharded (fsdp), or GPT tensor "
                            "parallel over the model axis (tp)", choices=("dp", "fsdp", "tp"))
     on_nonfinite: str = option("stop", "a NaN/Inf loss, gradient or update: stop (keep the last finite "
                                "checkpoint) or skip the step", choices=("stop", "skip"))
-    max_skips: int = option(10, "with --on-nonfinite skip: consecutive skipped steps before stopping",
-                            _whole(positive))
+    max_skips: int = option(10, "with --on-nonfinite skip: consecutive skipped steps before stopping", _whole(positive))
     precision: str = option("fp32", "compute dtype of the forward and backward pass; parameters, moments and the "
                             "loss stay float32 (fp16: with dynamic loss scaling)", choices=("fp32", "bf16", "fp16"))
     log: str = option("jsonl", "metrics.jsonl, or also TensorBoard event files in OUT/tensorboard", _log,
@@ -130,8 +128,7 @@ class SampleConfig(Checked):
     run_dir: str | None = option(None, "a `frost train gpt` run directory", cli=False)
     hf: str | None = option(None, "a Hugging Face GPT-2 folder (config.json, model.safetensors, vocab.json, "
                             "merges.txt) to sample from instead of a run")
-    prompt: str = option("In the beginning", "text to continue",
-                         lambda p: None if p else "give at least one character")
+    prompt: str = option("In the beginning", "text to continue", lambda p: None if p else "give at least one character")
     tokens: int = option(100, "tokens to generate", _whole(positive))
     temperature: float = option(0.8, "softmax temperature; 0 is greedy", nonnegative)
     top_k: int | None = option(40, "sample among the k likeliest tokens", optional(_whole(positive)))

@@ -112,17 +112,18 @@ def run(job, cfg, resume: bool = False, progress: bool = True) -> dict:
             shutil.rmtree(run_dir, ignore_errors=True)
         raise
     eval_step = loop.make_eval_step(d.prepare)
+    shard = {"process_index": jax.process_index(), "process_count": jax.process_count()}  # its share of each batch
 
     def eval_fn(model):
         if d.eval is None:
             return {}
         with fdata.Loader(d.eval, job.eval_batch or cfg.batch_size, shuffle=False, transform=d.eval_transform,
-                          workers=min(cfg.workers, 1), **loop.process_shard()) as batches:
+                          workers=min(cfg.workers, 1), **shard) as batches:
             return loop.evaluate(model, map(place, batches), eval_step)
 
     start, first_step = time.perf_counter(), state.step
     with fdata.Loader(d.train, cfg.batch_size, shuffle=True, seed=cfg.seed, drop_last=True, transform=d.augment,
-                      workers=cfg.workers, state=state.loader_state, **loop.process_shard()) as loader:
+                      workers=cfg.workers, state=state.loader_state, **shard) as loader:
         state = loop.fit(state, step, loader, epochs=cfg.epochs, run_dir=run_dir, eval_fn=eval_fn,
                          meta={"config": dataclasses.asdict(cfg)}, progress=progress, max_steps=cfg.max_steps,
                          unit=job.unit, count=lambda b: len(b[0]) * d.per_row, place=place,

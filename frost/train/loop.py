@@ -139,11 +139,6 @@ def evaluate(model, batches, eval_step) -> dict:
     return {"loss": totals["loss_sum"] / n, "accuracy": totals["correct"] / n}
 
 
-def process_shard() -> dict:
-    """Loader arguments that give this process its share of each global batch."""
-    return {"process_index": jax.process_index(), "process_count": jax.process_count()}
-
-
 def distribute(state: TrainState, mesh: str | None, strategy: str, batch_size: int):
     """Lay the model and optimizer state out on a mesh ("data=8", "data=4,model=2"; see
     frost.parallel). Returns (state, shardings for make_train_step, place for fit); with no mesh,

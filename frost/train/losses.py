@@ -38,6 +38,5 @@ def eval_sums(model, batch):
 HESSIAN = {
     "gnb": lambda loss_fn, model, batch, key: gauss_newton_bartlett(
         lambda m: nn.apply(m, batch[0], train=True, key=key)[0], model, key=key),
-    "hutchinson": lambda loss_fn, model, batch, key: hutchinson(
-        lambda m: loss_fn(m, batch, key)[0], model, key=key),
+    "hutchinson": lambda loss_fn, model, batch, key: hutchinson(lambda m: loss_fn(m, batch, key)[0], model, key=key),
 }
