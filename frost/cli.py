@@ -8,8 +8,6 @@ stale run directory) prints one line, `frost: error: ...`, and exits 2; other `F
 diverged run, a failed data worker) print their message and exit 1. `--debug` (anywhere on the
 line) or FROST_DEBUG=1 shows the traceback instead.
 """
-from __future__ import annotations
-
 import argparse
 import importlib
 import os

@@ -18,8 +18,6 @@ that one line as `frost: error: ...` and exits 2. `UsageError` is the class of e
 mistake Frost reports (bad flags, missing or too-small data, stale run directories); its base
 `FrostError` covers errors that are not a mistake but need no traceback either (exit 1).
 """
-from __future__ import annotations
-
 import argparse
 import dataclasses
 import math

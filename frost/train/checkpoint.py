@@ -27,8 +27,6 @@ mismatched checkpoint is reported with the file and the entry at fault. PRNG key
 their raw `key_data`; bfloat16 as its 16-bit pattern. Format 1 (one arrays.safetensors with a
 whole-file SHA-256, before sharding) still loads.
 """
-from __future__ import annotations
-
 import contextlib
 import hashlib
 import json

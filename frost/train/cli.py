@@ -4,8 +4,6 @@ The options of `train` and `sample` are generated from the job configs (frost.tr
 so the help, the README and the jobs share one list; an option that does not apply to the
 chosen model (`--vocab-size` for a ResNet) is refused.
 """
-from __future__ import annotations
-
 from frost.config import add_options, from_args
 from frost.train.configs import JOBS, ImageConfig, LMConfig, SampleConfig
 

@@ -4,8 +4,6 @@ starts fast). `frost train`'s options are generated from these fields (frost.con
 Every value is checked when a config is built; what a check cannot see from one field (a
 strategy without a mesh, heads that do not divide dim) is in `check()`.
 """
-from __future__ import annotations
-
 import dataclasses
 
 from frost.config import Checked, UsageError, nonnegative, option, optional, positive

@@ -10,8 +10,6 @@ loader's workers on uint8 images; normalisation runs on the device inside the ji
 Recipe (defaults): SGD with Nesterov momentum 0.9, weight decay 5e-4 on weights (not on
 BatchNorm or biases), one-cycle learning rate (Smith & Topin 2017) peaking at `lr`, batch 128.
 """
-from __future__ import annotations
-
 import pathlib
 
 import jax.numpy as jnp

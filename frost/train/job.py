@@ -12,8 +12,6 @@ A job is a `Job` subclass taking its config (frost.train.configs): `data(cfg, ru
 -> Data`, `model(cfg, data, key)` and `schedule(cfg, steps)` (the learning rate, peaking at
 cfg.peak_lr), and where the defaults below do not fit, the other attributes and methods.
 """
-from __future__ import annotations
-
 import dataclasses
 import json
 import os

@@ -7,8 +7,6 @@ them as (x, y) windows through the same job path, loop, checkpoints and progress
 ResNet job. The model is a small GPT with rotary positions and tied embeddings; AdamW
 (b2 = 0.95) with warmup + cosine decay, weight decay on matrices only.
 """
-from __future__ import annotations
-
 import json
 import pathlib
 import time

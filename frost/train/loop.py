@@ -19,8 +19,6 @@ dispatching the next, so the host never waits for the device between steps. Dete
 of step t is `fold_in(key, t)`, and the loader's position is saved in each checkpoint, so a
 resumed run repeats an uninterrupted one exactly on CPU.
 """
-from __future__ import annotations
-
 import dataclasses
 import pathlib
 import time

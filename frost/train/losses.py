@@ -3,8 +3,6 @@ classification (logits (N, K), labels (N,)) and language modelling (logits (B, T
 (B, T)) are the same softmax cross-entropy over every position, so both jobs share one loss, one
 evaluation step and one pair of Hessian estimators for Sophia.
 """
-from __future__ import annotations
-
 import jax
 import jax.numpy as jnp
 

@@ -5,8 +5,6 @@ A crash can cut the last line short, and a run resumed from an earlier checkpoin
 steps after it; `read` skips a cut last line (only the last: damage elsewhere is an error), and
 `rewind` drops the records past the step a run resumes from, so no step is logged twice.
 """
-from __future__ import annotations
-
 import json
 import pathlib
 
