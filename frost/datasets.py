@@ -5,8 +5,6 @@
 Files are looked for in $FROST_DATA (when set; it then replaces the default places) and its
 sub-folder named after the data set, else in the place the system package installs them.
 """
-from __future__ import annotations
-
 import os
 import pathlib
 

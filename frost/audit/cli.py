@@ -6,8 +6,6 @@
 The options are generated from `AuditConfig` (frost.config), except the repeatable --optimizer.
 No JAX is imported until the audit starts, so `frost --help` stays fast.
 """
-from __future__ import annotations
-
 import dataclasses
 
 from frost.config import Checked, UsageError, add_options, from_args, option, optional

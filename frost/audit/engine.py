@@ -23,8 +23,6 @@ exceeds the workload's threshold. A group whose program would need more than hal
 memory is split in halves, down to one run at a time. Programs are compiled at LLVM -O2: a third
 less compile time than the default -O3 and the same speed on these models.
 """
-from __future__ import annotations
-
 import os
 import time
 from typing import NamedTuple

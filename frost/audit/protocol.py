@@ -17,8 +17,6 @@ Pretraining", arXiv 2509.01440):
 - Speedup as Wen et al. define it: the steps tuned AdamW needs to reach the optimizer's final
   loss (read off AdamW's runs at several budgets), over the optimizer's steps.
 """
-from __future__ import annotations
-
 import inspect
 import math
 from typing import NamedTuple

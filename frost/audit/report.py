@@ -3,8 +3,6 @@ OUT/results.json (every run), OUT/report.md (protocol, grid, a table and finding
 OUT/curves.png (each optimizer's best configuration, mean over the fresh seeds) and OUT/lr.png
 (final loss against learning rate: the sensitivity curve).
 """
-from __future__ import annotations
-
 import io
 import json
 import math

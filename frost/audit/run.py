@@ -9,8 +9,6 @@ Resumable: each run is `OUT/runs/<id>.json` as soon as its batch ends, the id na
 workload, optimizer, budget, seed and hyper-parameters. A restarted audit trains only batches
 with a run missing; the numbers are the same (a batch is deterministic on CPU), and so is the report.
 """
-from __future__ import annotations
-
 import dataclasses
 import hashlib
 import json

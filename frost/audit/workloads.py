@@ -14,8 +14,6 @@ keep the default audit (4 workloads, 4 optimizers, 24 trials each) within 30 min
 Training batches are drawn with replacement (random windows of text, random images); the final
 loss is the mean cross-entropy on a fixed held-out set (64 windows; 2,000 images).
 """
-from __future__ import annotations
-
 import dataclasses
 import math
 import pathlib

@@ -34,8 +34,6 @@ The thread backend runs the same worker loop in threads (Pillow's decoder and la
 operations release the GIL); the process backend is the default because it measured faster
 (benchmarks/loader.py, 2 workers on 2 cores: 14,100 images/s against the threads' 5,200).
 """
-from __future__ import annotations
-
 import collections
 import contextlib
 import itertools

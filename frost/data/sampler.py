@@ -12,8 +12,6 @@ A position in the stream is therefore just (epoch, k) and survives a change of p
     Sampler(10, 4, shuffle=False).batch(0, 2)                                  -> [8, 9]
     Sampler(10, 4, shuffle=False, process_index=1, process_count=2).batch(0, 0) -> [2, 3]
 """
-from __future__ import annotations
-
 import numpy as np
 
 

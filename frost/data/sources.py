@@ -12,8 +12,6 @@ a loader can ship it to worker processes.
     ImageFolder("train/")[3]                 -> (image (H, W, 3) uint8, label int32), one class per sub-folder
     TokenWindows("tokens.bin", 1024)[3]      -> (x (1024,) int32, y (1024,) int32), y = x shifted by one
 """
-from __future__ import annotations
-
 import gzip
 import os
 import pathlib

@@ -9,8 +9,6 @@ sample, giving the loader's sample-level transform `t(sample, rng) -> sample`:
     augment = Compose(RandomCrop(32, padding=4), RandomFlip(), Normalize(MEAN, STD), field=0)
     augment((image, label), sample_rng(seed, epoch, index)) -> (float32 (32, 32, 3), label)
 """
-from __future__ import annotations
-
 import numpy as np
 
 

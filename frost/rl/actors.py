@@ -22,8 +22,6 @@ How it works
   as a WorkerError carrying the actor's traceback; a killed actor is seen at once through its
   process sentinel and raised; `close` stops and joins every actor.
 """
-from __future__ import annotations
-
 import collections
 import os
 import pickle

@@ -10,8 +10,6 @@ program; seeds are a `vmap` axis, sharded over the devices with frost.parallel.
 so the host sees progress (metrics, a progress bar) between calls while the device never waits
 for it within one. Every leaf of the runner and of the metrics has the seed axis first.
 """
-from __future__ import annotations
-
 import dataclasses
 import math
 

@@ -11,8 +11,6 @@ final return being the mean greedy evaluation return over 100 episodes, `seconds
 of training, compilation included; Anakin's seeds train together, so they share it), returns.png
 and checkpoint/ (frost.train.checkpoint: the policies of all seeds, stacked).
 """
-from __future__ import annotations
-
 import dataclasses
 import functools
 import io

@@ -5,8 +5,6 @@ environments epsilon-greedily, writes their B transitions, and takes one gradien
 uniformly sampled minibatch (once the buffer holds `learning_starts` transitions); every
 `target_every` env steps the target network becomes a copy of the online one.
 """
-from __future__ import annotations
-
 import dataclasses
 from typing import NamedTuple
 

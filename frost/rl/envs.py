@@ -14,8 +14,6 @@ Each environment is a state NamedTuple and three functions: `init(key) -> state`
 transitions here are deterministic (MinAtar's sticky actions are off), so `step`'s key is the
 reset's alone: splitting it every step would cost about a third of CartPole's step.
 """
-from __future__ import annotations
-
 import math
 from typing import NamedTuple
 

@@ -11,8 +11,6 @@ Two ways to get rollouts, one update (`update`) for both:
 A rollout is a dict of (T, B) arrays: obs (T + 1, B, *obs_shape) (the last one to bootstrap
 from), action, logp (of the acting policy), reward, done (the episode ended at this step).
 """
-from __future__ import annotations
-
 import dataclasses
 import functools
 from typing import NamedTuple

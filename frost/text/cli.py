@@ -8,8 +8,6 @@ vocabulary has fewer than 65536 tokens, else uint32 (`frost.text.token_dtype`): 
 `np.memmap("tokens.bin", dtype=token_dtype(tok.vocab_size))`. `--eot TOKEN` appends that special
 token after each file, marking where documents end.
 """
-from __future__ import annotations
-
 import os
 import sys
 

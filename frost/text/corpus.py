@@ -2,8 +2,6 @@
 
     text = kjv_text()     # 31,102 verses, one per line, about 4.1 MB
 """
-from __future__ import annotations
-
 import functools
 import importlib.util
 import json

@@ -14,8 +14,6 @@ HF export: a BPE model whose vocab and merges are written in GPT-2's byte-to-uni
 Split pre-tokenizer with our regex followed by ByteLevel(use_regex=False) (so HF splits exactly as
 we do), a ByteLevel decoder, and the special tokens as added tokens. HF then produces our ids.
 """
-from __future__ import annotations
-
 import json
 import pathlib
 
