@@ -9,8 +9,6 @@ target, and the folder fsynced, so a reader sees the old file or the new one, ne
 and a crash after `write` returns loses nothing. Files are created with mode 0o666 minus the
 user's umask, as `open()` would (not mkstemp's 0o600).
 """
-from __future__ import annotations
-
 import contextlib
 import os
 import pathlib
@@ -31,8 +29,7 @@ def write(path, data) -> pathlib.Path:
     path = pathlib.Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
-        with os.fdopen(fd, "wb") as f:
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666), "wb") as f:
             for part in [data] if isinstance(data, (bytes, bytearray, memoryview, str)) else data:
                 f.write(part.encode("utf-8") if isinstance(part, str) else part)
             f.flush()

@@ -14,8 +14,6 @@ and (kh, kw, in, out); transformers' GPT-2 `Conv1D` is (in, out) already, so onl
 random initialisation), compares them with the file's, and reports every missing key,
 unexpected key and differing shape in one `WeightsError` (a `frost.config.UsageError`).
 """
-from __future__ import annotations
-
 import json
 import pathlib
 
@@ -182,18 +180,13 @@ def save_hf_gpt2(model: gpt.GPT, path) -> pathlib.Path:
 
 # --- torchvision ResNets ---
 
-def _stage_names(model) -> list[str]:
-    """Each block's torchvision prefix, 'layer2.0': a stage starts with the first block or a projection."""
-    names, stage, j = [], 0, 0
-    for i, block in enumerate(model.blocks):
-        stage, j = (stage + 1, 0) if i == 0 or block.shortcut is not None else (stage, j)
-        names.append(f"layer{stage}.{j}")
-        j += 1
-    return names
-
-
 def _resnet_rename(model):
-    stages = _stage_names(model)
+    """The renaming rule of `model`'s leaves. Each block's torchvision prefix ('layer2.0') comes from
+    its position: a stage starts with the first block or a projection."""
+    stages, stage, j = [], 0, 0
+    for i, block in enumerate(model.blocks):
+        stage, j = (stage + 1, 0) if i == 0 or block.shortcut is not None else (stage, j + 1)
+        stages.append(f"layer{stage}.{j}")
 
     def rename(path: str, ndim: int) -> tuple[str, bool]:
         p = path.split(".")  # stem.layers.1.running_mean, blocks.4.shortcut.layers.0.weight, head.bias

@@ -11,8 +11,6 @@ are no hand-written collectives here. Across machines, `initialize` starts JAX's
 multi-process runtime; each process feeds its share of the global batch
 (`global_batch`), which the sampler's per-process shard provides.
 """
-from __future__ import annotations
-
 import os
 
 import jax
@@ -48,8 +46,7 @@ def _fsdp_spec(shape, size: int, axis: str) -> P:
 def fsdp(tree, mesh: Mesh, axis: str = "data"):
     """Fully sharded data parallel (Zhao et al. 2023, PyTorch FSDP; ZeRO-3): every parameter and
     optimizer-state array split along its largest divisible axis over `axis`."""
-    size = mesh.shape[axis]
-    return jax.tree.map(lambda x: NamedSharding(mesh, _fsdp_spec(np.shape(x), size, axis)), tree)
+    return jax.tree.map(lambda x: NamedSharding(mesh, _fsdp_spec(np.shape(x), mesh.shape[axis], axis)), tree)
 
 
 def tensor_parallel(tree, mesh: Mesh, axis: str = "model"):

@@ -43,8 +43,6 @@ are padded in the wrapper to a multiple of the block sizes and the padded keys m
 length works. On CPU the kernels run in Pallas interpret mode (the tests), and the tests also
 lower them through the Triton backend for "cuda" without a GPU.
 """
-from __future__ import annotations
-
 import dataclasses
 import functools
 import math
@@ -82,7 +80,7 @@ class BlockSizes:
             if b < 16 or b & (b - 1):
                 raise ValueError(f"BlockSizes.{f.name} must be a power of two >= 16, got {b}")
 
-    def fit(self, q_len: int, kv_len: int) -> BlockSizes:
+    def fit(self, q_len: int, kv_len: int) -> "BlockSizes":
         """Shrink blocks that are longer than the sequence they tile (rounded up to a power of 2)."""
         tq, tk = max(16, pl.next_power_of_2(q_len)), max(16, pl.next_power_of_2(kv_len))
         fitted = {f.name: min(getattr(self, f.name), tq if f.name.startswith("block_q") else tk)
@@ -110,20 +108,14 @@ def flash_attention(q, k, v, *, causal: bool = False, key_padding_mask=None, sca
     scale = d ** -0.5 if scale is None else float(scale)
     interpret = jax.default_backend() == "cpu" if interpret is None else interpret
     blocks = (block_sizes or BlockSizes()).fit(t, s)
-    t_pad = _round_up(t, max(blocks.block_q, blocks.block_q_dkv, blocks.block_q_dq))
-    s_pad = _round_up(s, max(blocks.block_k, blocks.block_k_dkv, blocks.block_k_dq))
-    q, k, v = (_pad_seq(x, n) for x, n in ((q, t_pad), (k, s_pad), (v, s_pad)))
+    bq = max(blocks.block_q, blocks.block_q_dkv, blocks.block_q_dq)  # powers of 2: a multiple of the largest fits all
+    bk = max(blocks.block_k, blocks.block_k_dkv, blocks.block_k_dq)
+    t_pad, s_pad = pl.cdiv(t, bq) * bq, pl.cdiv(s, bk) * bk
+    q, k, v = (jnp.pad(x, ((0, 0), (0, n - x.shape[1]), (0, 0), (0, 0)))  # (B, L, H, D) -> (B, n, H, D), zeros appended
+               for x, n in ((q, t_pad), (k, s_pad), (v, s_pad)))
     # keep: (B, S_pad) int32, 1 = attend; padded keys beyond S are masked by the kernels
     keep = None if key_padding_mask is None else jnp.pad(key_padding_mask.astype(jnp.int32), ((0, 0), (0, s_pad - s)))
     return _flash(q, k, v, keep, causal, scale, s, blocks, interpret)[:, :t]
-
-
-def _round_up(n: int, m: int) -> int:
-    return -(-n // m) * m
-
-
-def _pad_seq(x, n):  # (B, L, H, D) -> (B, n, H, D), zeros appended
-    return jnp.pad(x, ((0, 0), (0, n - x.shape[1]), (0, 0), (0, 0)))
 
 
 def _scores(q, k, span_q, span_k, keep, *, causal, scale, kv_len, kv_pad):
@@ -257,10 +249,9 @@ def _specs(b_len, seq_len, d_pad, *, own: bool):
     statistics and the (B, L) key mask, either the program's own block of length `b_len`
     (own=True) or the whole sequence, to be sliced inside the kernel's loop."""
     n = b_len if own else seq_len
-    idx = (lambda i, b, h: i) if own else (lambda i, b, h: 0)
-    return (pl.BlockSpec((None, n, None, d_pad), lambda i, b, h: (b, idx(i, b, h), h, 0)),
-            pl.BlockSpec((None, None, n), lambda i, b, h: (b, h, idx(i, b, h))),
-            pl.BlockSpec((None, n), lambda i, b, h: (b, idx(i, b, h))))
+    return (pl.BlockSpec((None, n, None, d_pad), lambda i, b, h: (b, i if own else 0, h, 0)),
+            pl.BlockSpec((None, None, n), lambda i, b, h: (b, h, i if own else 0)),
+            pl.BlockSpec((None, n), lambda i, b, h: (b, i if own else 0)))
 
 
 def _call(kernel, name, grid_len, blocks: BlockSizes, d, interpret, in_specs, out_specs, out_shape, *args):

@@ -16,8 +16,6 @@ Attention goes through `frost.nn.attention.dot_product_attention`: the Pallas fl
 GPU, XLA elsewhere. Generation pre-fills a cache of keys and values for the prompt, then feeds
 one token at a time, attending to the cached positions (a plain masked softmax: one query).
 """
-from __future__ import annotations
-
 import functools
 import math
 
@@ -118,23 +116,17 @@ class GPT(nn.Module):
         x = self.ln_f(x)
         return x @ self.embed.weight.T if self.head is None else self.head(x)
 
-    def check(self, ids):
-        if getattr(ids, "ndim", 0) != 2 or ids.shape[1] > self.max_len:
-            raise shape_error(self, f"(B, T) token ids with T <= max_len={self.max_len}", ids)
-
-    def embed_at(self, ids, positions):  # (B, T), (T,) -> (B, T, C)
-        x = self.embed(ids)
-        return x if self.pos is None else x + jnp.take(self.pos, positions, axis=0)[None]
-
     def __call__(self, ids):  # (B, T) -> (B, T, V)
         return self.step(ids, 0, (None,) * len(self.blocks))[0]
 
     def step(self, ids, start, cache):
         """Logits for `ids` (B, T) placed at positions start..start+T-1, using and updating `cache`
         (a tuple of (k, v) per block, each (B, max_len, H, D); or of None: no cache, as `__call__`)."""
-        self.check(ids)
-        positions = start + jnp.arange(ids.shape[1])
-        x = self.embed_at(ids, positions)
+        if getattr(ids, "ndim", 0) != 2 or ids.shape[1] > self.max_len:
+            raise shape_error(self, f"(B, T) token ids with T <= max_len={self.max_len}", ids)
+        positions = start + jnp.arange(ids.shape[1])  # (T,)
+        x = self.embed(ids)  # (B, T, C)
+        x = x if self.pos is None else x + jnp.take(self.pos, positions, axis=0)[None]
         new_cache = []
         for block, layer_cache in zip(self.blocks, cache):
             x, layer_cache = block(x, positions, layer_cache)

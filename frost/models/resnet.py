@@ -41,12 +41,9 @@ class BasicBlock(nn.Module):
         k1, k2, k3 = jax.random.split(key, 3)
         self.conv1, self.bn1 = _conv(cin, cout, 3, stride, k1), nn.BatchNorm(cout)
         self.conv2, self.bn2 = _conv(cout, cout, 3, 1, k2), nn.BatchNorm(cout)
-        self.stride, self.pad_channels, self.shortcut = stride, 0, None
-        if stride != 1 or cin != cout:
-            if option == "A":
-                self.pad_channels = cout - cin
-            else:
-                self.shortcut = nn.Sequential(_conv(cin, cout, 1, stride, k3), nn.BatchNorm(cout))
+        self.stride, self.pad_channels = stride, cout - cin if option == "A" else 0
+        project = option != "A" and (stride != 1 or cin != cout)
+        self.shortcut = nn.Sequential(_conv(cin, cout, 1, stride, k3), nn.BatchNorm(cout)) if project else None
 
     def residual(self, x):  # (N, H, W, Cin) -> (N, H/s, W/s, Cout)
         if self.shortcut is not None:

@@ -18,8 +18,6 @@ Dropout is the identity. Call `apply` inside the same `jit`/`grad` as the forwar
 recorded statistics belong to that trace. A layer object used twice in one pass records twice;
 the last call wins.
 """
-from __future__ import annotations
-
 import dataclasses
 import threading
 
@@ -50,9 +48,8 @@ def is_training() -> bool:
 
 def record(layer: Module, **fields) -> None:
     """Called by a layer during `apply(train=True)` to replace some of its fields afterwards."""
-    ctx = _current()
-    if ctx is not None and ctx.train:
-        ctx.records[id(layer)] = (layer, {k: jax.lax.stop_gradient(v) for k, v in fields.items()})
+    if is_training():
+        _current().records[id(layer)] = (layer, {k: jax.lax.stop_gradient(v) for k, v in fields.items()})
 
 
 def next_key(layer: Module) -> jax.Array:

@@ -30,5 +30,4 @@ class Embedding(Module):
             low, high = int(host.min()), int(host.max())
             if low < 0 or high >= n:
                 raise ValueError(f"{self.describe()}: ids must be in [0, {n}), got values from {low} to {high}")
-        inside = (ids >= 0) & (ids < n)
-        return jnp.take(self.weight, jnp.where(inside, ids, n), axis=0, mode="fill", fill_value=jnp.nan)
+        return jnp.take(self.weight, jnp.where((ids >= 0) & (ids < n), ids, n), axis=0, mode="fill", fill_value=jnp.nan)

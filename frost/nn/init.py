@@ -49,12 +49,6 @@ def xavier_uniform(key, shape, gain: float = 1.0, dtype=jnp.float32):
     return uniform(key, shape, gain * math.sqrt(6.0 / (fan_in + fan_out)), dtype)
 
 
-def xavier_normal(key, shape, gain: float = 1.0, dtype=jnp.float32):
-    """Glorot & Bengio 2010: N(0, std^2), std = gain * sqrt(2 / (fan_in + fan_out))."""
-    fan_in, fan_out = fans(shape)
-    return gain * math.sqrt(2.0 / (fan_in + fan_out)) * jax.random.normal(key, shape, dtype)
-
-
 def truncated_normal(key, shape, std: float = 1.0, lower: float = -2.0, upper: float = 2.0, dtype=jnp.float32):
     """N(0, std^2) truncated to [lower, upper] in absolute units, like torch.nn.init.trunc_normal_."""
     return std * jax.random.truncated_normal(key, lower / std, upper / std, shape, dtype)

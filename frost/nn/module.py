@@ -19,8 +19,6 @@ Subclasses are turned into dataclasses automatically. A subclass may write its o
 returns the instance is frozen and `model.replace(field=value)` makes a modified copy.
 Unflattening (inside jit/grad/tree.map) bypasses `__init__`.
 """
-from __future__ import annotations
-
 import dataclasses
 from typing import Any
 

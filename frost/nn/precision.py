@@ -30,8 +30,6 @@ gradients overflow, and doubles it after `period` good steps (as NVIDIA apex and
 and does the unscaling, skipping and adjusting; frost.train's step finds it there and scales
 the loss (`--precision fp16`).
 """
-from __future__ import annotations
-
 import dataclasses
 from typing import Any, NamedTuple
 

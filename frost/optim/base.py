@@ -20,8 +20,6 @@ array, so changing one between steps neither recompiles nor changes the arithmet
 A name that occurs in several partitions (Muon's two learning rates) is qualified by the
 partition label: 'muon/learning_rate', 'adam/learning_rate'.
 """
-from __future__ import annotations
-
 from collections import Counter
 from typing import Any, Callable, NamedTuple
 
@@ -108,8 +106,7 @@ def masked(inner, mask) -> GradientTransformation:
         m = _resolve(mask, updates)
         chosen = None if params is None else select(params, m)
         new, inner_state = inner.update(select(updates, m), state.inner, chosen)
-        merged = jax.tree.map(lambda keep, n, u: n if keep else u, m, new, updates)
-        return merged, MaskedState(inner_state)
+        return jax.tree.map(lambda keep, n, u: n if keep else u, m, new, updates), MaskedState(inner_state)
     return GradientTransformation(init, update)
 
 

@@ -9,8 +9,6 @@ decays only matrices). A weight decay or momentum of 0 builds no transform and n
 rule), so `sgd(0.1).update(grads, state)` needs no params; to change such a value between steps,
 build with a non-zero one. `state_dtype` sets the moments' dtype (default: at least float32).
 """
-from __future__ import annotations
-
 import jax
 
 from frost.optim.base import GradientTransformation, chain, identity, partition

@@ -11,8 +11,6 @@ current directory first) and follows the same signature; an optax optimizer work
 estimator the training step feeds it (Liu et al. 2023: Sophia-G uses Gauss-Newton-Bartlett,
 Sophia-H Hutchinson).
 """
-from __future__ import annotations
-
 import functools
 import importlib
 import sys

@@ -8,8 +8,6 @@ from the start of the decay; `warmup_cosine`'s decay_steps includes the warmup, 
                                                            (100) -> 3e-4
                                                           (1000) -> 0.0
 """
-from __future__ import annotations
-
 import jax.numpy as jnp
 
 

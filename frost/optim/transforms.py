@@ -9,8 +9,6 @@ bfloat16 gradient is cast up to its buffer's dtype, the rule runs there, and the
 back, so bfloat16 parameters train with float32 moments and still get bfloat16 updates.
 Tests run with strict dtype promotion, so every mixed-dtype operation is an explicit cast.
 """
-from __future__ import annotations
-
 from typing import Any, Callable, NamedTuple
 
 import jax
@@ -32,14 +30,16 @@ def _zeros(tree, dtype=None):
     return jax.tree.map(lambda p: jnp.zeros(p.shape, dtype or (p.dtype if p.dtype.itemsize >= 4 else jnp.float32)), tree)
 
 
-def _lift(rule, u, *states, n: int = 2):
-    """Apply a per-array `rule(g, *state leaves)` returning n arrays to matching leaves; return n
-    trees. g is cast to the first state's dtype, and the first output (the update) back to g's."""
+def _lift(rule, u, state, *fields, **changes):
+    """Apply a per-array `rule(g, *leaves of the state's fields)` -> (update, *new leaves) to matching
+    leaves; return the update tree and `state` with those fields (and `changes`) replaced. g is cast
+    to the first field's dtype, and the update back to g's."""
     def run(g, *s):
         out = rule(g.astype(s[0].dtype), *s)
         return (out[0].astype(g.dtype), *out[1:])
-    out = jax.tree.map(run, u, *states)
-    return tuple(jax.tree.map(lambda _, o: o[i], u, out) for i in range(n))
+    out = jax.tree.map(run, u, *(getattr(state, f) for f in fields))
+    trees = [jax.tree.map(lambda _, o: o[i], u, out) for i in range(len(fields) + 1)]
+    return trees[0], state._replace(**dict(zip(fields, trees[1:])), **changes)
 
 
 def _stateless(fn) -> GradientTransformation:
@@ -140,8 +140,7 @@ def trace(momentum: float = 0.9, nesterov: bool = False, state_dtype=None) -> Gr
             mom = _cast(state.momentum, g)
             t = g + mom * t
             return (g + mom * t if nesterov else t), t
-        out, new_trace = _lift(rule, u, state.trace)
-        return out, state._replace(trace=new_trace)
+        return _lift(rule, u, state, "trace")
     return GradientTransformation(lambda params: TraceState(_zeros(params, state_dtype), hyperparam(momentum)), update)
 
 
@@ -170,8 +169,7 @@ def scale_by_adam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, eps_roo
             m = (1 - beta1) * g + beta1 * m
             v = (1 - beta2) * g * g + beta2 * v
             return (m / _cast(c1, m)) / (jnp.sqrt(v / _cast(c2, v) + eps_root) + eps), m, v
-        out, mu, nu = _lift(rule, u, state.mu, state.nu, n=3)
-        return out, state._replace(count=t, mu=mu, nu=nu)
+        return _lift(rule, u, state, "mu", "nu", count=t)
     return GradientTransformation(init, update)
 
 
@@ -187,8 +185,7 @@ def scale_by_lion(b1: float = 0.9, b2: float = 0.99, state_dtype=None) -> Gradie
         def rule(g, m):
             beta1, beta2 = _cast(state.b1, g), _cast(state.b2, g)
             return jnp.sign((1 - beta1) * g + beta1 * m), (1 - beta2) * g + beta2 * m
-        out, mu = _lift(rule, u, state.mu)
-        return out, state._replace(mu=mu)
+        return _lift(rule, u, state, "mu")
     return GradientTransformation(lambda params: LionState(_zeros(params, state_dtype), hyperparam(b1),
                                                                     hyperparam(b2)), update)
 
@@ -222,9 +219,8 @@ def scale_by_sophia(b1: float = 0.965, b2: float = 0.99, gamma: float = 0.01, ep
         def rule(g, m, h):
             beta1 = _cast(state.b1, g)
             m = (1 - beta1) * g + beta1 * m
-            return jnp.clip(m / jnp.maximum(gamma * h, eps), -1, 1), m
-        out, mu = _lift(rule, u, state.mu, state.h)
-        return out, state._replace(count=state.count + 1, mu=mu)
+            return jnp.clip(m / jnp.maximum(gamma * h, eps), -1, 1), m, h  # h as it was: update_hessian refreshes it
+        return _lift(rule, u, state, "mu", "h", count=state.count + 1)
     return GradientTransformation(init, update)
 
 
@@ -319,8 +315,7 @@ def scale_by_muon(momentum: float = 0.95, nesterov: bool = True, ns_steps: int =
             m = mom * m + (1 - mom) * g
             v = mom * m + (1 - mom) * g if nesterov else m
             return newton_schulz(v, ns_steps) * max(1.0, g.shape[1] / g.shape[0]) ** 0.5, m
-        out, mu = _lift(rule, u, state.mu)
-        return out, state._replace(mu=mu)
+        return _lift(rule, u, state, "mu")
     return GradientTransformation(lambda params: MuonState(_zeros(params, state_dtype), hyperparam(momentum)), update)
 
 
