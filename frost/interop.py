@@ -38,13 +38,10 @@ class WeightsError(UsageError):
     """Weights that do not fit the model: missing, unexpected or differently shaped keys."""
 
 
-def _path(tree_path) -> str:
-    return jax.tree_util.keystr(tree_path, simple=True, separator=".")
-
-
 def _named_leaves(tree, rename) -> list:
-    """[(peer name, transposed?, leaf)] for the leaves of `tree` in order; `rename(path, ndim)` names them."""
-    return [(*rename(_path(tree_path), len(leaf.shape)), leaf)
+    """[(peer name, transposed?, leaf)] for the leaves of `tree` in order; `rename(path, ndim)` names
+    them from their dotted PyTree path ('blocks.0.qkv.weight')."""
+    return [(*rename(jax.tree_util.keystr(tree_path, simple=True, separator="."), len(leaf.shape)), leaf)
             for tree_path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]]
 
 
@@ -189,14 +186,13 @@ def _resnet_rename(model):
         stages.append(f"layer{stage}.{j}")
 
     def rename(path: str, ndim: int) -> tuple[str, bool]:
+        """(torchvision name, transposed?): conv and fc weights (ndim >= 2) are transposed."""
         p = path.split(".")  # stem.layers.1.running_mean, blocks.4.shortcut.layers.0.weight, head.bias
         if p[0] == "stem":
-            name = ("conv1." if p[2] == "0" else "bn1.") + p[3]
-        elif p[0] == "head":
-            name = "fc." + p[1]
-        else:
-            name = stages[int(p[1])] + "." + ".".join(p[2:]).replace("shortcut.layers", "downsample")
-        return name, ndim >= 2  # conv and fc weights
+            return ("conv1." if p[2] == "0" else "bn1.") + p[3], ndim >= 2
+        if p[0] == "head":
+            return "fc." + p[1], ndim >= 2
+        return stages[int(p[1])] + "." + ".".join(p[2:]).replace("shortcut.layers", "downsample"), ndim >= 2
     return rename
 
 

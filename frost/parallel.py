@@ -101,8 +101,7 @@ def parse_mesh(spec: str) -> dict:
         sizes = {k.strip(): int(v) for k, v in (part.split("=") for part in spec.split(",") if part.strip())}
     except ValueError:
         raise UsageError(f"--mesh {spec!r}: expected AXIS=SIZE pairs such as data=4 or data=4,model=2") from None
-    unknown = set(sizes) - {"data", "model"}
-    if unknown or not sizes or min(sizes.values()) < 1:
+    if set(sizes) - {"data", "model"} or not sizes or min(sizes.values()) < 1:
         raise UsageError(f"--mesh {spec!r}: the axes are data and model, each of size >= 1")
     return sizes
 

@@ -185,8 +185,7 @@ def _forward_kernel(q_ref, k_ref, v_ref, keep_ref, o_ref, lse_ref, *, block_k, h
 
     init = (jnp.zeros(q.shape, jnp.float32), jnp.full((block_q,), -jnp.inf, jnp.float32),
             jnp.zeros((block_q,), jnp.float32))
-    bounds = _key_bounds(i, block_q, block_k, k_ref.shape[0] // block_k, causal)
-    o, m, l = _two_loops(body, bounds, False, init)
+    o, m, l = _two_loops(body, _key_bounds(i, block_q, block_k, k_ref.shape[0] // block_k, causal), False, init)
     # A row that saw only masked keys still has m == MASK (any real score is larger): give it
     # output 0 and lse = +inf, so that p = exp2(s - lse) = 0 in the backward pass.
     empty = m == MASK
@@ -244,36 +243,32 @@ def _dq_kernel(q_ref, k_ref, v_ref, keep_ref, do_ref, lse_ref, delta_ref, dq_ref
     _store(dq_ref, dq * opts["scale"], head_dim)
 
 
-def _specs(b_len, seq_len, d_pad, *, own: bool):
+def _specs(b_len, seq_len, d_pad, keep, *, own: bool):
     """BlockSpecs for a grid (sequence block, batch, head): (B, L, H, D) arrays, (B, H, L) row
-    statistics and the (B, L) key mask, either the program's own block of length `b_len`
-    (own=True) or the whole sequence, to be sliced inside the kernel's loop."""
+    statistics and the (B, L) key mask (None when there is no `keep` mask), either the program's
+    own block of length `b_len` (own=True) or the whole sequence, to be sliced inside the kernel's loop."""
     n = b_len if own else seq_len
     return (pl.BlockSpec((None, n, None, d_pad), lambda i, b, h: (b, i if own else 0, h, 0)),
             pl.BlockSpec((None, None, n), lambda i, b, h: (b, h, i if own else 0)),
-            pl.BlockSpec((None, n), lambda i, b, h: (b, i if own else 0)))
+            None if keep is None else pl.BlockSpec((None, n), lambda i, b, h: (b, i if own else 0)))
 
 
 def _call(kernel, name, grid_len, blocks: BlockSizes, d, interpret, in_specs, out_specs, out_shape, *args):
     num_warps = blocks.num_warps or (4 if d <= 64 else 8)
-    return pl.pallas_call(
-        kernel, grid=grid_len, in_specs=in_specs, out_specs=out_specs, out_shape=out_shape,
-        compiler_params=plgpu.CompilerParams(num_warps=num_warps, num_stages=blocks.num_stages),
-        interpret=interpret, name=name)(*args)
+    return pl.pallas_call(kernel, grid=grid_len, in_specs=in_specs, out_specs=out_specs, out_shape=out_shape,
+                          compiler_params=plgpu.CompilerParams(num_warps=num_warps, num_stages=blocks.num_stages),
+                          interpret=interpret, name=name)(*args)
 
 
 def _forward(q, k, v, keep, causal, scale, kv_len, blocks: BlockSizes, interpret):
     (b, t, h, d), s = q.shape, k.shape[1]
     d_pad, bq = max(16, pl.next_power_of_2(d)), blocks.block_q
     opts = dict(causal=causal, scale=scale, kv_len=kv_len, kv_pad=s, head_dim=d)
-    qo, lse_own, _ = _specs(bq, t, d_pad, own=True)
-    kv, _, keep_all = _specs(bq, s, d_pad, own=False)
-    return _call(
-        functools.partial(_forward_kernel, block_k=blocks.block_k, **opts), "frost_flash_forward",
-        (t // bq, b, h), blocks, d, interpret,
-        [qo, kv, kv, None if keep is None else keep_all], [qo, lse_own],
-        [jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct((b, h, t), jnp.float32)],
-        q, k, v, keep)
+    qo, lse_own, _ = _specs(bq, t, d_pad, keep, own=True)
+    kv, _, keep_all = _specs(bq, s, d_pad, keep, own=False)
+    return _call(functools.partial(_forward_kernel, block_k=blocks.block_k, **opts), "frost_flash_forward",
+                 (t // bq, b, h), blocks, d, interpret, [qo, kv, kv, keep_all], [qo, lse_own],
+                 [jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct((b, h, t), jnp.float32)], q, k, v, keep)
 
 
 def _backward(q, k, v, keep, o, lse, do, causal, scale, kv_len, blocks: BlockSizes, interpret):
@@ -281,25 +276,22 @@ def _backward(q, k, v, keep, o, lse, do, causal, scale, kv_len, blocks: BlockSiz
     d_pad = max(16, pl.next_power_of_2(d))
     opts = dict(causal=causal, scale=scale, kv_len=kv_len, kv_pad=s, head_dim=d)
     delta = jnp.sum(o.astype(jnp.float32) * do.astype(jnp.float32), axis=-1).transpose(0, 2, 1)  # (B, H, T)
-    keep_spec = lambda spec: None if keep is None else spec  # noqa: E731
 
     bk = blocks.block_k_dkv  # dk, dv: one program per key block, all queries in its loop
-    q_all, rows_all, _ = _specs(bk, t, d_pad, own=False)
-    kv_own, _, keep_own = _specs(bk, s, d_pad, own=True)
-    dk, dv = _call(
-        functools.partial(_dkdv_kernel, block_q=blocks.block_q_dkv, **opts), "frost_flash_dkdv",
-        (s // bk, b, h), blocks, d, interpret,
-        [q_all, kv_own, kv_own, keep_spec(keep_own), q_all, rows_all, rows_all], [kv_own, kv_own],
-        [jax.ShapeDtypeStruct(k.shape, k.dtype)] * 2, q, k, v, keep, do, lse, delta)
+    q_all, rows_all, _ = _specs(bk, t, d_pad, keep, own=False)
+    kv_own, _, keep_own = _specs(bk, s, d_pad, keep, own=True)
+    dk, dv = _call(functools.partial(_dkdv_kernel, block_q=blocks.block_q_dkv, **opts), "frost_flash_dkdv",
+                   (s // bk, b, h), blocks, d, interpret,
+                   [q_all, kv_own, kv_own, keep_own, q_all, rows_all, rows_all], [kv_own, kv_own],
+                   [jax.ShapeDtypeStruct(k.shape, k.dtype)] * 2, q, k, v, keep, do, lse, delta)
 
     bq = blocks.block_q_dq  # dq: one program per query block, all keys in its loop
-    q_own, rows_own, _ = _specs(bq, t, d_pad, own=True)
-    kv_all, _, keep_all = _specs(bq, s, d_pad, own=False)
-    dq = _call(
-        functools.partial(_dq_kernel, block_k=blocks.block_k_dq, **opts), "frost_flash_dq",
-        (t // bq, b, h), blocks, d, interpret,
-        [q_own, kv_all, kv_all, keep_spec(keep_all), q_own, rows_own, rows_own], q_own,
-        jax.ShapeDtypeStruct(q.shape, q.dtype), q, k, v, keep, do, lse, delta)
+    q_own, rows_own, _ = _specs(bq, t, d_pad, keep, own=True)
+    kv_all, _, keep_all = _specs(bq, s, d_pad, keep, own=False)
+    dq = _call(functools.partial(_dq_kernel, block_k=blocks.block_k_dq, **opts), "frost_flash_dq",
+               (t // bq, b, h), blocks, d, interpret,
+               [q_own, kv_all, kv_all, keep_all, q_own, rows_own, rows_own], q_own,
+               jax.ShapeDtypeStruct(q.shape, q.dtype), q, k, v, keep, do, lse, delta)
     return dq, dk, dv
 
 

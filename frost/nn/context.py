@@ -25,7 +25,14 @@ import jax
 
 from frost.nn.module import Module, is_module, map_children
 
-_local = threading.local()
+
+class _Local(threading.local):
+    """Per-thread state: `stack` holds this thread's open contexts, innermost last."""
+    def __init__(self):
+        self.stack = []
+
+
+_local = _Local()
 
 
 @dataclasses.dataclass
@@ -37,8 +44,7 @@ class _Context:
 
 
 def _current() -> _Context | None:
-    stack = getattr(_local, "stack", None)
-    return stack[-1] if stack else None
+    return _local.stack[-1] if _local.stack else None
 
 
 def is_training() -> bool:
@@ -83,8 +89,6 @@ def _write_back(tree, records: dict):
 
 def apply(model, *args, train: bool = False, key: jax.Array | None = None, **kwargs):
     """Run `model(*args, **kwargs)` in train or eval mode; return `(output, updated_model)`."""
-    if not hasattr(_local, "stack"):
-        _local.stack = []
     ctx = _Context(train=train, key=key)
     _local.stack.append(ctx)
     try:

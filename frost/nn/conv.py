@@ -14,8 +14,8 @@ import jax
 import jax.numpy as jnp
 
 from frost.nn import init
-from frost.nn.linear import check_float_input
-from frost.nn.module import Module, expand_to, shape_error, static
+from frost.nn.linear import check_input
+from frost.nn.module import Module, expand_to, static
 
 _SPATIAL = {1: "W", 2: "HW", 3: "DHW"}
 
@@ -72,9 +72,7 @@ class Conv(Module):
     def __call__(self, x):  # (N, *spatial, in) -> (N, *spatial', out)
         n = len(self.kernel_size)
         expected = f"(N, {', '.join(_SPATIAL[n])}, {self.in_channels})"
-        if getattr(x, "ndim", 0) != n + 2 or x.shape[-1] != self.in_channels:
-            raise shape_error(self, expected, x)
-        check_float_input(self, x, self.weight, expected)
+        check_input(self, x, getattr(x, "ndim", 0) == n + 2, self.in_channels, expected)
         layout = "N" + _SPATIAL[n] + "C"
         y = jax.lax.conv_general_dilated(
             x, self.weight, window_strides=self.stride, padding=self.padding, rhs_dilation=self.dilation,

@@ -15,6 +15,14 @@ def check_float_input(layer: Module, x, weight, expected: str):
                           "or the model with jax.tree.map(lambda a: a.astype(...), model))", x)
 
 
+def check_input(layer: Module, x, rank_ok: bool, channels: int, expected: str):
+    """The channels-last layers' input check: a rank that passes the caller's test (`rank_ok`), a
+    last axis of `channels`, then `check_float_input` against the layer's weights."""
+    if not rank_ok or x.shape[-1] != channels:
+        raise shape_error(layer, expected, x)
+    check_float_input(layer, x, layer.weight, expected)
+
+
 class Linear(Module):
     weight: jax.Array  # (in_features, out_features)
     bias: jax.Array | None  # (out_features,)
@@ -30,8 +38,6 @@ class Linear(Module):
         self.in_features, self.out_features = in_features, out_features
 
     def __call__(self, x):  # (..., in) -> (..., out)
-        if getattr(x, "ndim", 0) < 1 or x.shape[-1] != self.in_features:
-            raise shape_error(self, f"(..., {self.in_features})", x)
-        check_float_input(self, x, self.weight, f"(..., {self.in_features})")
+        check_input(self, x, getattr(x, "ndim", 0) >= 1, self.in_features, f"(..., {self.in_features})")
         y = x @ self.weight  # (..., out)
         return y if self.bias is None else y + expand_to(self.bias, y.ndim)

@@ -20,6 +20,7 @@ returns the instance is frozen and `model.replace(field=value)` makes a modified
 Unflattening (inside jit/grad/tree.map) bypasses `__init__`.
 """
 import dataclasses
+import functools
 from typing import Any
 
 import jax
@@ -96,9 +97,7 @@ def _wrap_init(user_init):
         if missing:
             raise TypeError(f"{type(self).__name__}.__init__ did not set field(s) {missing}")
 
-    __init__.__wrapped__ = user_init
-    __init__.__doc__ = user_init.__doc__
-    return __init__
+    return functools.update_wrapper(__init__, user_init)  # its name, docstring and signature (__wrapped__)
 
 
 class Module:
@@ -125,8 +124,7 @@ class Module:
 
         def unflatten(aux, kids):
             m = object.__new__(cls)
-            m.__dict__.update(zip(children, kids))
-            m.__dict__.update(zip(statics, aux))
+            m.__dict__.update(zip(children + statics, (*kids, *aux)))
             return m
 
         jax.tree_util.register_pytree_with_keys(cls, flatten_with_keys, unflatten, flatten_func=flatten)

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from frost.nn import context
-from frost.nn.linear import check_float_input
+from frost.nn.linear import check_float_input, check_input
 from frost.nn.module import Module, buffer, expand_to, shape_error, static
 
 
@@ -29,13 +29,6 @@ def _affine(y, weight, bias, dtype):  # y in float32 -> y * weight + bias in `dt
     if bias is not None:
         y = y + expand_to(bias, y.ndim).astype(y.dtype)
     return y.astype(dtype)
-
-
-def _check_channels(layer, x, channels: int):
-    """BatchNorm/GroupNorm input check: (N, ..., channels)."""
-    if getattr(x, "ndim", 0) < 2 or x.shape[-1] != channels:
-        raise shape_error(layer, f"(N, ..., {channels})", x)
-    check_float_input(layer, x, layer.weight, f"(N, ..., {channels})")
 
 
 def _check_trailing(layer, x) -> tuple:
@@ -64,12 +57,11 @@ class BatchNorm(Module):
         self.num_features, self.eps, self.momentum = num_features, eps, momentum
 
     def __call__(self, x):  # (N, ..., C) -> (N, ..., C)
-        _check_channels(self, x, self.num_features)
+        check_input(self, x, getattr(x, "ndim", 0) >= 2, self.num_features, f"(N, ..., {self.num_features})")
         axes, xf = tuple(range(x.ndim - 1)), _f32(x)
         if context.is_training():
             mean, var = jnp.mean(xf, axes), jnp.var(xf, axes)  # (C,), biased
-            n = x.size // self.num_features
-            m, dtype = self.momentum, self.running_mean.dtype
+            n, m, dtype = x.size // self.num_features, self.momentum, self.running_mean.dtype
             context.record(self, running_mean=((1 - m) * _f32(self.running_mean) + m * mean).astype(dtype),
                            running_var=((1 - m) * _f32(self.running_var) + m * var * (n / max(n - 1, 1))).astype(dtype))
         else:
@@ -133,7 +125,7 @@ class GroupNorm(Module):
         self.num_groups, self.num_channels, self.eps = num_groups, num_channels, eps
 
     def __call__(self, x):  # (N, ..., C) -> same
-        _check_channels(self, x, self.num_channels)
+        check_input(self, x, getattr(x, "ndim", 0) >= 2, self.num_channels, f"(N, ..., {self.num_channels})")
         g = _f32(x).reshape(*x.shape[:-1], self.num_groups, self.num_channels // self.num_groups)  # (N, ..., G, C/G)
         axes = tuple(range(1, g.ndim - 2)) + (g.ndim - 1,)
         mean, var = jnp.mean(g, axes, keepdims=True), jnp.var(g, axes, keepdims=True)

@@ -85,10 +85,9 @@ def sophia(learning_rate, b1: float = 0.965, b2: float = 0.99, gamma: float = 0.
                  scale_by_learning_rate(learning_rate))
 
 
-def muon(learning_rate, momentum: float = 0.95, nesterov: bool = True, ns_steps: int = 5,
-         weight_decay: float = 0.0, mask=None, labels=None, adam_learning_rate=None, adam_b1: float = 0.9,
-         adam_b2: float = 0.999, adam_eps: float = 1e-8, adam_weight_decay: float = 0.0,
-         state_dtype=None) -> GradientTransformation:
+def muon(learning_rate, momentum: float = 0.95, nesterov: bool = True, ns_steps: int = 5, weight_decay: float = 0.0,
+         mask=None, labels=None, adam_learning_rate=None, adam_b1: float = 0.9, adam_b2: float = 0.999,
+         adam_eps: float = 1e-8, adam_weight_decay: float = 0.0, state_dtype=None) -> GradientTransformation:
     """Muon (Jordan et al. 2024, "Muon: An optimizer for hidden layers in neural networks"), for
     each 2-D weight W (in, out); every other leaf (biases, norm scales, conv kernels) gets AdamW:
 
@@ -104,5 +103,4 @@ def muon(learning_rate, momentum: float = 0.95, nesterov: bool = True, ns_steps:
         "muon": chain(scale_by_muon(momentum, nesterov, ns_steps, state_dtype), add_decayed_weights(weight_decay, mask),
                       scale_by_learning_rate(learning_rate)),
         "adam": adamw(learning_rate if adam_learning_rate is None else adam_learning_rate, adam_b1, adam_b2,
-                      adam_eps, adam_weight_decay, mask, state_dtype),
-    }, labels)
+                      adam_eps, adam_weight_decay, mask, state_dtype)}, labels)

@@ -247,8 +247,7 @@ def update_hessian(state, estimate: Callable[[], Any]):
                 ok, (1 - _cast(b2, h)) * e.astype(h.dtype) + _cast(b2, h) * h, h)
             return jax.tree.map(new, s.h, est, is_leaf=lambda x: isinstance(x, MaskedNode))
         due = (s.count % s.interval == 0) & (s.h_step != s.count)
-        h = jax.lax.cond(due, fold, lambda: s.h)
-        return s._replace(h=h, h_step=jnp.where(due, s.count, s.h_step))
+        return s._replace(h=jax.lax.cond(due, fold, lambda: s.h), h_step=jnp.where(due, s.count, s.h_step))
     return map_states(refresh, state)
 
 
@@ -406,8 +405,7 @@ def skipped_steps(state, max_consecutive: int = 10) -> int:
         raise ValueError(f"skipped_steps expects one skip_nonfinite(...) in the optimizer, found {len(found)}")
     consecutive, skipped = int(found[0].consecutive), int(found[0].skipped)
     if consecutive >= max_consecutive:
-        raise FloatingPointError(
-            f"the last {consecutive} steps had NaN or Inf gradients and were skipped ({skipped} skipped in "
-            "all): training has diverged. Lower the learning rate, add clip_by_global_norm, or look for "
-            "NaNs in the data and the loss.")
+        raise FloatingPointError(f"the last {consecutive} steps had NaN or Inf gradients and were skipped ({skipped} "
+                                 "skipped in all): training has diverged. Lower the learning rate, add "
+                                 "clip_by_global_norm, or look for NaNs in the data and the loss.")
     return skipped
