@@ -52,6 +52,12 @@ def nonnegative(x):
     return None if isinstance(x, (int, float)) and math.isfinite(x) and x >= 0 else "must be >= 0"
 
 
+def whole(low: int):
+    """A whole number (not a bool) of at least `low`."""
+    return lambda x: None if isinstance(x, int) and not isinstance(x, bool) and x >= low else \
+        f"must be a whole number >= {low}"
+
+
 def optional(check):
     """`check`, but None (unset) is allowed too."""
     return lambda x: None if x is None else check(x)

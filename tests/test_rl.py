@@ -228,7 +228,7 @@ def test_cli_anakin_ppo_end_to_end(tmp_path, capsys):
     (["ppo", "--env", "gym:CartPole-v1", "--mode", "anakin"], "use --mode sebulba"),
     (["ppo", "--env", "catch", "--mode", "sebulba"], "--mode sebulba steps host envs"),
     (["dqn", "--env", "gym:CartPole-v1"], "only ppo trains in sebulba mode"),
-    (["ppo", "--seeds", "0"], "--seeds 0: must be an integer >= 1"),
+    (["ppo", "--seeds", "0"], "--seeds 0: must be a whole number >= 1"),
     (["ppo", "--env", "gym:CartPole-v1", "--actors", "3"], "--actors 3: must divide the 8 environments"),
 ])
 def test_cli_usage_errors(tmp_path, argv, message):

@@ -8,7 +8,7 @@ No JAX is imported until the audit starts, so `frost --help` stays fast.
 """
 import dataclasses
 
-from frost.config import Checked, UsageError, add_options, from_args, option, optional
+from frost.config import Checked, UsageError, add_options, from_args, option, optional, whole
 
 BUILTIN = ("adamw", "adam", "sgd", "sgd-nesterov", "lion", "sophia", "sophia-h", "muon")
 
@@ -17,11 +17,6 @@ def _names(text):
     names = text.split(",")  # an empty name ("adamw,,lion", "lion,") is refused with the unknown ones
     if any(n not in BUILTIN for n in names) or len(set(names)) < len(names):
         return f"must be distinct names from {', '.join(BUILTIN)}, separated by commas"
-
-
-def _whole(low):
-    return lambda x: None if isinstance(x, int) and not isinstance(x, bool) and x >= low else \
-        f"must be a whole number >= {low}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,8 +30,8 @@ class AuditConfig(Checked):
     data: str | None = option(None, "a UTF-8 text file (with --workload gpt) or an image folder with train/ and "
                               "optionally test/ (with --workload image); default KJV and Fashion-MNIST")
     budget: int | None = option(None, "training steps of each tuning run (a multiple of 10; default: 300 for gpt, "
-                                "400 for image, about a third of that with --quick)", optional(_whole(20)))
-    seeds: int = option(3, "fresh seeds the best configuration is rerun on", _whole(3))
+                                "400 for image, about a third of that with --quick)", optional(whole(20)))
+    seeds: int = option(3, "fresh seeds the best configuration is rerun on", whole(3))
     quick: bool = option(False, "a first look in minutes: the smaller width, one weight decay and key value, "
                          "a third of the steps")
     out: str = option("audit", "output folder: runs/*.json, results.json, report.md, PNG plots")

@@ -1,21 +1,31 @@
 """The audit's protocol: the tuning grid, the paper baseline, and the statistics of the report.
 
-Rules (after Wen et al. 2025, "Fantastic Pretraining Optimizers and Where to Find Them", arXiv
+After Wen et al. 2025, "Fantastic Pretraining Optimizers and Where to Find Them", arXiv
 2509.02046, and Semenov et al. 2025, "Benchmarking Optimizers for Large Language Model
-Pretraining", arXiv 2509.01440):
+Pretraining", arXiv 2509.01440. The rules below are the protocol section of every report.md
+(report.write fills in the braced numbers of the audit at hand), so the rules documented here
+are the rules the report states:
 
-- Equal tuning budget: every optimizer gets the same number of trials, a full grid of 6
-  learning rates (x2 apart, centred on the optimizer's usual rate relative to AdamW's) x 2
-  weight decays x 2 values of its own key hyper-parameter (GRIDS). A user optimizer
-  (`MODULE:FUNCTION`) has no known key, so it gets twice the learning rates (four times if it
-  takes no weight decay), at the same spacing over a wider range. --quick: 6 learning rates only.
-- End of training only: every budget is its own run, its warmup + cosine schedule completed.
-- Winner's curse: the best trial on the tuning seed (0) is rerun on fresh seeds 1..N; the report
-  gives their mean and a 95% Student-t interval.
-- Divergence is counted, never dropped: a non-finite step, or a training loss above the
-  workload's threshold, marks the run diverged at that step.
-- Speedup as Wen et al. define it: the steps tuned AdamW needs to reach the optimizer's final
-  loss (read off AdamW's runs at several budgets), over the optimizer's steps.
+- **Equal tuning budget**: every optimizer gets {trials} trials on tuning seed 0, a full grid of
+  learning rates 2x apart (centred on each optimizer's usual rate relative to AdamW's; 6 of them)
+  x weight decay x its own key hyper-parameter (GRIDS; the grid follows). A user optimizer
+  (`MODULE:FUNCTION`) has no known key, so it gets more learning rates instead, at the same
+  spacing over a wider range. `--quick`: learning rates only.
+- **End of training only**: every budget is its own run, its schedule (10% linear warmup, cosine
+  decay to zero) completed; the final loss is the held-out loss after the last step.
+- **Fresh seeds** (no winner's curse): the best trial is rerun on seeds 1-{seeds}: mean ± 95%
+  Student-t interval.
+- **Instability counted, never dropped**: a run whose loss, gradients or update turn NaN/Inf, or
+  whose training loss exceeds 1.5 ln(classes) (a uniform guess scores ln(classes)), is diverged
+  at that step. *Stable*: the share of the grid that was not; *LR range*: largest/smallest
+  learning rate within {tolerance} of the best loss.
+- **Speedup** (Wen et al. 2025): the steps tuned AdamW needs to reach the optimizer's mean final
+  loss, interpolated in log(steps) between tuned AdamW's reruns at {budgets} times the budget,
+  over the optimizer's steps (`>`, `<`: beyond those budgets). *Wall-clock*: the same in
+  seconds, the optimizer's own cost included (runs vmapped {seeds} at a time, seconds shared
+  equally).
+- **Paper baseline**: AdamW untuned, with the defaults a paper would use; *vs paper baseline* is
+  the speedup one would report against it.
 """
 import inspect
 import math

@@ -155,25 +155,10 @@ def write(out, results, cfg, command):
     summaries = {name: summarise({**res, "kind": wl.kind}) for name, (wl, res) in results.items()}
     (first_wl, first), seconds = next(iter(results.values())), sum(r["seconds"] for r in runs.values())
     budgets = ", ".join(f"{b / first['steps']:.3g}" for b in sorted(first["curve"]))
+    rules = protocol.__doc__.split("\n\n", 2)[2].format(trials=len(first["trials"]["adamw"]), seeds=cfg.seeds,
+                                                        tolerance=protocol.TOLERANCE, budgets=budgets)
     text = [f"# Optimizer audit\n\n`{command}`: {len(runs)} runs, {seconds / 60:.1f} minutes of training (compilation "
-            "not counted).\n\n## Protocol\n",
-            f"- **Equal tuning budget**: every optimizer gets {len(first['trials']['adamw'])} trials on tuning seed 0, "
-            f"a full grid of {protocol.LR_POINTS} learning rates 2x apart (centred on each optimizer's usual rate "
-            "relative to AdamW's) x weight decay x its own key hyper-parameter (below; a user optimizer gets more "
-            "learning rates instead of a key).",
-            "- **End of training only**: every budget is its own run, its schedule (10% linear warmup, cosine decay "
-            "to zero) completed; the final loss is the held-out loss after the last step.",
-            f"- **Fresh seeds**: the best trial is rerun on seeds 1-{cfg.seeds}: mean ± 95% Student-t interval.",
-            "- **Instability counted**: a run whose loss, gradients or update turn NaN/Inf, or whose training loss "
-            "exceeds 1.5 ln(classes) (a uniform guess scores ln(classes)), is diverged at that step. *Stable*: the "
-            f"share of the grid that was not; *LR range*: largest/smallest learning rate within {protocol.TOLERANCE} "
-            "of the best loss.",
-            "- **Speedup** (Wen et al. 2025, arXiv 2509.02046): the steps tuned AdamW needs to reach the optimizer's "
-            f"mean final loss, interpolated in log(steps) between tuned AdamW's reruns at {budgets} times the budget, "
-            "over the optimizer's steps (`>`, `<`: beyond those budgets). *Wall-clock*: the same in seconds, the "
-            f"optimizer's own cost included (runs vmapped {cfg.seeds} at a time, seconds shared equally).",
-            "- **Paper baseline**: AdamW untuned, with the defaults a paper would use; *vs paper baseline* is the "
-            "speedup one would report against it.\n", f"## Grid ({first_wl.name}; every workload scales the learning "
+            "not counted).\n\n## Protocol\n", rules, f"## Grid ({first_wl.name}; every workload scales the learning "
             "rates by its AdamW centre: " + ", ".join(f"{wl.name} {wl.lr:g}" for wl, _ in results.values()) + ")\n",
             "| optimizer | learning rates | other |", "|---|---|---|"]
     for n, trials in first["trials"].items():

@@ -19,13 +19,9 @@ import pathlib
 import time
 
 from frost import atomic
-from frost.config import Checked, UsageError, add_options, from_args, option, optional
+from frost.config import Checked, UsageError, add_options, from_args, option, optional, whole
 
 JNP_ENVS = ("cartpole", "catch", "breakout")
-
-
-def _count(x):
-    return None if isinstance(x, int) and x >= 1 else "must be an integer >= 1"
 
 
 def _env(name):
@@ -39,10 +35,10 @@ class RunConfig(Checked):
     mode: str | None = option(None, "anakin: jnp envs inside the compiled program; sebulba: host envs in actor "
                               "processes (default: by --env)",
                               lambda m: None if m in (None, "anakin", "sebulba") else "choose anakin or sebulba")
-    seeds: int = option(1, "seeds, numbered from --seed (anakin trains them in one program)", _count)
-    seed: int = option(0, "first seed", lambda s: None if isinstance(s, int) and s >= 0 else "must be an integer >= 0")
-    actors: int | None = option(None, "sebulba: actor processes (default 2)", optional(_count))
-    steps: int | None = option(None, "env steps per seed (default: the preset of algo and env)", optional(_count))
+    seeds: int = option(1, "seeds, numbered from --seed (anakin trains them in one program)", whole(1))
+    seed: int = option(0, "first seed", whole(0))
+    actors: int | None = option(None, "sebulba: actor processes (default 2)", optional(whole(1)))
+    steps: int | None = option(None, "env steps per seed (default: the preset of algo and env)", optional(whole(1)))
     deterministic: bool = option(False, "sebulba: Cleanba's fixed order, losses independent of timing and actors")
     out: str | None = option(None, "run directory, new or empty (default runs/rl-ALGO-ENV)")
 

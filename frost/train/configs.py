@@ -6,7 +6,7 @@ strategy without a mesh, heads that do not divide dim) is in `check()`.
 """
 import dataclasses
 
-from frost.config import Checked, UsageError, nonnegative, option, optional, positive
+from frost.config import Checked, UsageError, nonnegative, option, optional, positive, whole
 
 # The image models, named here so the parser needs no JAX; a test checks them against resnet.MODELS.
 RESNETS = ("cifar_resnet18", "resnet18", "resnet20", "resnet34", "resnet50", "resnet56")
@@ -28,35 +28,29 @@ def _log(kind):
         raise UsageError("--log tensorboard: needs tensorboardX (pip install 'frost[log]')")
 
 
-def _whole(check):
-    return lambda x: "must be a whole number" if not isinstance(x, int) or isinstance(x, bool) else check(x)
-
-
 @dataclasses.dataclass(frozen=True)
 class Config(Checked):
     model: str = option("resnet20", "the model", cli=False)
     data: str = option("fashion-mnist", "resnets: fashion-mnist, cifar10, or a folder with train/ and test/ "
                        "image folders; gpt: kjv or a UTF-8 text file")
-    epochs: int = option(5, "passes over the training data", _whole(positive))
-    batch_size: int = option(128, "global batch size", _whole(positive))
+    epochs: int = option(5, "passes over the training data", whole(1))
+    batch_size: int = option(128, "global batch size", whole(1))
     lr: float | None = option(None, "peak learning rate (default 0.1 for resnets with sgd, 2e-3 for gpt with "
                               "adamw; required with any other optimizer)", optional(positive))
     optimizer: str = option("sgd", "sgd (Nesterov momentum 0.9), adam, adamw, lion, sophia (Sophia-G), sophia-h "
                             "(Sophia-H), muon, or MODULE:FUNCTION returning an optax-style optimizer", _optimizer)
     weight_decay: float = option(5e-4, "weight decay (on matrices and kernels only)", nonnegative)
-    seed: int = option(0, "random seed (initialisation, data order, augmentation)", _whole(nonnegative))
-    workers: int = option(2, "data-loading worker processes; 0 loads in the main process", _whole(nonnegative))
+    seed: int = option(0, "random seed (initialisation, data order, augmentation)", whole(0))
+    workers: int = option(2, "data-loading worker processes; 0 loads in the main process", whole(0))
     out: str | None = option(None, "run directory (default runs/MODEL)")
-    max_steps: int | None = option(None, "stop after this many steps (the schedule still spans all epochs)",
-                                   optional(_whole(positive)))
-    limit: int | None = option(None, "use only the first N examples (images; characters for gpt)",
-                               optional(_whole(positive)))
+    max_steps: int | None = option(None, "stop after N steps (the schedule still spans all epochs)", optional(whole(1)))
+    limit: int | None = option(None, "use only the first N examples (images; characters for gpt)", optional(whole(1)))
     mesh: str | None = option(None, "devices as AXIS=SIZE: data=8 (data parallel), data=4,model=2", optional(_mesh))
     strategy: str = option("dp", "with --mesh: replicated parameters (dp), fully sharded (fsdp), or GPT tensor "
                            "parallel over the model axis (tp)", choices=("dp", "fsdp", "tp"))
     on_nonfinite: str = option("stop", "a NaN/Inf loss, gradient or update: stop (keep the last finite "
                                "checkpoint) or skip the step", choices=("stop", "skip"))
-    max_skips: int = option(10, "with --on-nonfinite skip: consecutive skipped steps before stopping", _whole(positive))
+    max_skips: int = option(10, "with --on-nonfinite skip: consecutive skipped steps before stopping", whole(1))
     precision: str = option("fp32", "compute dtype of the forward and backward pass; parameters, moments and the "
                             "loss stay float32 (fp16: with dynamic loss scaling)", choices=("fp32", "bf16", "fp16"))
     log: str = option("jsonl", "metrics.jsonl, or also TensorBoard event files in OUT/tensorboard", _log,
@@ -97,12 +91,11 @@ class ImageConfig(Config):
 class LMConfig(Config):
     model: str = option("gpt", "the model", choices=("gpt",), cli=False)
     data: str = "kjv"
-    vocab_size: int = option(2048, "BPE vocabulary: 256 bytes + merges", _whole(lambda v: None if v > 256 else
-                                                                             "must be more than 256"))
-    seq_len: int = option(128, "tokens per training window", _whole(positive))
-    dim: int = option(192, "model width", _whole(positive))
-    depth: int = option(4, "transformer blocks", _whole(positive))
-    heads: int = option(4, "attention heads (must divide --dim)", _whole(positive))
+    vocab_size: int = option(2048, "BPE vocabulary: 256 bytes + merges", whole(257))
+    seq_len: int = option(128, "tokens per training window", whole(1))
+    dim: int = option(192, "model width", whole(1))
+    depth: int = option(4, "transformer blocks", whole(1))
+    heads: int = option(4, "attention heads (must divide --dim)", whole(1))
     epochs: int = 3
     batch_size: int = 32
     optimizer: str = "adamw"
@@ -127,10 +120,10 @@ class SampleConfig(Checked):
     hf: str | None = option(None, "a Hugging Face GPT-2 folder (config.json, model.safetensors, vocab.json, "
                             "merges.txt) to sample from instead of a run")
     prompt: str = option("In the beginning", "text to continue", lambda p: None if p else "give at least one character")
-    tokens: int = option(100, "tokens to generate", _whole(positive))
+    tokens: int = option(100, "tokens to generate", whole(1))
     temperature: float = option(0.8, "softmax temperature; 0 is greedy", nonnegative)
-    top_k: int | None = option(40, "sample among the k likeliest tokens", optional(_whole(positive)))
-    seed: int = option(0, "random seed", _whole(nonnegative))
+    top_k: int | None = option(40, "sample among the k likeliest tokens", optional(whole(1)))
+    seed: int = option(0, "random seed", whole(0))
 
     def check(self):
         if (self.run_dir is None) == (self.hf is None):
