@@ -26,7 +26,6 @@ import numpy as np
 from frost import data as fdata, nn, text
 from frost.config import UsageError
 from frost.models import gpt
-from frost.nn.module import expand_to
 from frost.train import image, lm
 from frost.train.configs import LMConfig
 from frost.train.losses import eval_sums
@@ -73,7 +72,8 @@ class Workload:
             window = tokens[starts[:, None] + jnp.arange(SEQ_LEN + 1)]                     # (B, T + 1)
             return window[:, :-1], window[:, 1:]
         i = jax.random.randint(key, (self.batch,), 0, data["train_x"].shape[0])
-        return normalise(data["train_x"][i], data), data["train_y"][i]                   # (B, H, W, C), (B,)
+        x = image.normalise(data["train_x"][i], data["mean"], data["std"])                 # (B, H, W, C)
+        return x, data["train_y"][i]
 
     def eval_loss(self, model, data: dict):
         sums = eval_sums(model, (data["eval_x"], data["eval_y"]))
@@ -96,10 +96,6 @@ WORKLOADS = {w.name: w for w in (
     Workload("image-s", "image", 64, 2, 64, 400, 6e-3),
     Workload("image-m", "image", 256, 2, 64, 400, 4e-3),
 )}
-
-
-def normalise(x, data: dict):  # uint8 (N, H, W, C) -> float32, per-channel standardised
-    return (x.astype(jnp.float32) / 255 - expand_to(data["mean"], x.ndim)) / expand_to(data["std"], x.ndim)
 
 
 def load(kind: str, source: str | None, out: pathlib.Path, progress: bool = True) -> Data:
@@ -131,8 +127,8 @@ def _images(source):
     else:
         tx, ty = _arrays(test, pre)
     stats = {"mean": jnp.asarray(mean, jnp.float32), "std": jnp.asarray(std, jnp.float32)}
-    return Data({**stats, "train_x": jnp.asarray(x), "train_y": jnp.asarray(y),
-                 "eval_x": normalise(jnp.asarray(tx[:EVAL_IMAGES]), stats), "eval_y": jnp.asarray(ty[:EVAL_IMAGES])},
+    return Data({**stats, "train_x": jnp.asarray(x), "train_y": jnp.asarray(y), "eval_y": jnp.asarray(ty[:EVAL_IMAGES]),
+                 "eval_x": image.normalise(jnp.asarray(tx[:EVAL_IMAGES]), **stats)},
                 classes)
 
 

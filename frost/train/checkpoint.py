@@ -25,7 +25,8 @@ renamed into place when all are written, so a process killed mid-save leaves the
 checkpoints intact (`latest` ignores `.tmp` folders; the next save removes them). A corrupt or
 mismatched checkpoint is reported with the file and the entry at fault. PRNG keys are stored as
 their raw `key_data`; bfloat16 as its 16-bit pattern. Format 1 (one arrays.safetensors with a
-whole-file SHA-256, before sharding) still loads.
+whole-file SHA-256, written before sharding, 2026-12-02) is refused by name: its reader was dropped
+to keep one checkpoint format.
 """
 import contextlib
 import hashlib
@@ -43,7 +44,7 @@ from safetensors.numpy import save as safetensors_bytes
 from frost import atomic
 from frost.config import FrostError
 
-FORMAT, FORMAT_1 = "frost-checkpoint/2", "frost-checkpoint/1"
+FORMAT = "frost-checkpoint/2"
 
 
 class CheckpointError(FrostError, ValueError):
@@ -198,23 +199,9 @@ def read_manifest(path) -> dict:
     except (OSError, json.JSONDecodeError) as e:
         raise CheckpointError(f"{path / 'manifest.json'}: cannot read the checkpoint's manifest ({e}); the checkpoint "
                               f"is damaged: remove {path} to resume from the one before it") from None
-    if manifest.get("format") not in (FORMAT, FORMAT_1):
+    if manifest.get("format") != FORMAT:
         raise CheckpointError(f"{path / 'manifest.json'}: unknown format {manifest.get('format')!r}, expected {FORMAT!r}")
     return manifest
-
-
-def _format_1_entries(path: pathlib.Path, manifest: dict) -> dict:
-    """Format 1's entries as format 2's: each a single shard of arrays.safetensors, whose checksum
-    covers the whole file."""
-    file = path / "arrays.safetensors"
-    try:
-        digest = hashlib.sha256(file.read_bytes()).hexdigest()
-    except OSError as e:
-        raise CheckpointError(f"{file}: cannot read checkpoint arrays ({e})") from e
-    if digest != manifest["sha256"]:
-        raise CheckpointError(f"{file}: checksum mismatch, the file is corrupt or was changed after saving")
-    return {name: {**e, "shards": [{"index": [[0, n] for n in e["shape"]], "file": file.name, "key": name,
-                                    "sha256": None}]} for name, e in manifest["entries"].items()}
 
 
 class _Reader:
@@ -231,7 +218,7 @@ class _Reader:
             array = self.files[file].get_tensor(shard["key"])
         except (OSError, SafetensorError) as e:
             raise CheckpointError(f"{file}: cannot read entry '{name}' ({e})") from e
-        if shard["sha256"] is not None and _sha256(array) != shard["sha256"]:
+        if _sha256(array) != shard["sha256"]:
             raise CheckpointError(f"{file}: checksum mismatch in entry '{name}', the file is corrupt or was "
                                   "changed after saving")
         return array.reshape([b - a for a, b in shard["index"]])  # safetensors may store 0-d arrays as 1-d
@@ -272,7 +259,7 @@ def load(path, template, strict: bool = True):
     `template` are ignored (e.g. load only {"model": ...} from a full training checkpoint)."""
     path = pathlib.Path(path)
     manifest = read_manifest(path)
-    entries = manifest["entries"] if manifest["format"] == FORMAT else _format_1_entries(path, manifest)
+    entries = manifest["entries"]
     named = _names(template)
     missing = sorted({k for k, _ in named} - set(entries))
     extra = sorted(set(entries) - {k for k, _ in named}) if strict else []

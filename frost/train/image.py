@@ -46,19 +46,20 @@ def load_data(name: str, limit: int | None = None, image_size: int = 32):
             (data.Resize(image_size),))
 
 
+def normalise(x, mean, std):  # uint8 (N, H, W, C) -> float32, per-channel standardised
+    return (x.astype(jnp.float32) / 255 - expand_to(mean, x.ndim)) / expand_to(std, x.ndim)
+
+
 class ImageJob(Job):
     unit, eval_batch = "images", 1000
 
     def data(self, cfg, run_dir, progress) -> Data:
         train, test, shape, classes, pad, mean, std, pre = load_data(cfg.data, cfg.limit)
         mean, std = jnp.asarray(mean, jnp.float32), jnp.asarray(std, jnp.float32)
-
-        def prepare(batch):  # uint8 (N, H, W, C) -> normalised float32
-            x, y = batch
-            return (x.astype(jnp.float32) / 255 - expand_to(mean, x.ndim)) / expand_to(std, x.ndim), y
         return Data(train, test, f"{cfg.data}: {len(train)} training images {tuple(shape)}, {classes} classes",
                     data.Compose(*pre, data.RandomCrop(shape[:2], padding=pad), data.RandomFlip()),
-                    data.Compose(*pre) if pre else None, prepare, {"shape": shape, "classes": classes})
+                    data.Compose(*pre) if pre else None, lambda batch: (normalise(batch[0], mean, std), batch[1]),
+                    {"shape": shape, "classes": classes})
 
     def model(self, cfg, d, key):
         return resnet.MODELS[cfg.model](d.extra["classes"], d.extra["shape"][-1], key=key)
