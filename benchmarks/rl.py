@@ -44,7 +44,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import header  # noqa: E402
 
 from frost.rl import actors, anakin, envs, ppo  # noqa: E402
-from frost.rl.cli import _evaluator  # noqa: E402
+from frost.rl.run import _evaluator  # noqa: E402
 
 SAME_STEP = gymnasium.vector.AutoresetMode.SAME_STEP  # reset in the step that ends an episode, as frost.rl
 

@@ -10,6 +10,7 @@ and a crash after `write` returns loses nothing. Files are created with mode 0o6
 user's umask, as `open()` would (not mkstemp's 0o600).
 """
 import contextlib
+import io
 import os
 import pathlib
 import shutil
@@ -40,6 +41,13 @@ def write(path, data) -> pathlib.Path:
         raise
     fsync(path.parent)
     return path
+
+
+def write_png(path, figure) -> pathlib.Path:
+    """A matplotlib Figure, written as a PNG file the way `write` writes."""
+    buf = io.BytesIO()
+    figure.savefig(buf, format="png", dpi=100)
+    return write(path, buf.getvalue())
 
 
 @contextlib.contextmanager

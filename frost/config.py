@@ -20,6 +20,7 @@ mistake Frost reports (bad flags, missing or too-small data, stale run directori
 """
 import argparse
 import dataclasses
+import importlib.util
 import math
 import typing
 
@@ -40,6 +41,12 @@ def option(default, help: str, check=None, choices=None, cli: bool = True):
 
 def flag(name: str) -> str:
     return "--" + name.replace("_", "-")
+
+
+def needs(module: str, what: str, install: str) -> None:
+    """Refuse `what` at once, before any work, when the optional package `module` it uses is missing."""
+    if importlib.util.find_spec(module) is None:
+        raise UsageError(f"{what}: needs {module} (pip install {install})")
 
 
 # --- checks: value -> None if allowed, else what is allowed ---

@@ -20,7 +20,8 @@ from minatar.environments import breakout as minatar_breakout
 from frost.config import UsageError
 from frost.data import WorkerError
 from frost.rl import actors, anakin, dqn, envs, ppo
-from frost.rl.cli import add_commands, presets
+from frost.rl.cli import add_commands
+from frost.rl.run import presets
 
 
 def frost_rl(*argv):

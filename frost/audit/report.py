@@ -3,7 +3,6 @@ OUT/results.json (every run), OUT/report.md (protocol, grid, a table and finding
 OUT/curves.png (each optimizer's best configuration, mean over the fresh seeds) and OUT/lr.png
 (final loss against learning rate: the sensitivity curve).
 """
-import io
 import json
 import math
 
@@ -121,9 +120,7 @@ def _plots(out, results):
             ax.grid(alpha=0.3)
             ax.legend(fontsize=7)
         fig.tight_layout()
-        buf = io.BytesIO()
-        fig.savefig(buf, format="png", dpi=100)
-        atomic.write(out / file, buf.getvalue())
+        atomic.write_png(out / file, fig)
 
 
 def _curves(ax, res):

@@ -6,7 +6,7 @@ strategy without a mesh, heads that do not divide dim) is in `check()`.
 """
 import dataclasses
 
-from frost.config import Checked, UsageError, nonnegative, option, optional, positive, whole
+from frost.config import Checked, UsageError, needs, nonnegative, option, optional, positive, whole
 
 # The image models, named here so the parser needs no JAX; a test checks them against resnet.MODELS.
 RESNETS = ("cifar_resnet18", "resnet18", "resnet20", "resnet34", "resnet50", "resnet56")
@@ -23,9 +23,8 @@ def _mesh(spec):
 
 
 def _log(kind):
-    import importlib.util
-    if kind == "tensorboard" and importlib.util.find_spec("tensorboardX") is None:
-        raise UsageError("--log tensorboard: needs tensorboardX (pip install 'frost[log]')")
+    if kind == "tensorboard":
+        needs("tensorboardX", "--log tensorboard", "'frost[log]'")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,20 +1,18 @@
 """`frost plot RUN_DIR`: loss and accuracy curves from `metrics.jsonl` to `RUN_DIR/curves.png`."""
 import pathlib
 
-from frost.config import UsageError
+from frost import atomic
+from frost.config import needs
 from frost.train.metrics import read
 
 
 def plot(run_dir, out=None) -> pathlib.Path:
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as e:
-        raise UsageError("frost plot needs matplotlib: pip install 'frost[plot]'") from e
+    needs("matplotlib", "frost plot", "'frost[plot]'")
+    from matplotlib.figure import Figure
     records = read(pathlib.Path(run_dir) / "metrics.jsonl")
     train = [r for r in records if "loss" in r]
-    fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(10, 4))
+    fig = Figure(figsize=(10, 4))
+    ax_loss, ax_acc = fig.subplots(1, 2)
     ax_loss.plot([r["step"] for r in train], [r["loss"] for r in train], label="train")
     # the other curves where logged: test_ and validation_ keys are what fit(eval_name=...) logged after each epoch
     for ax, key, label in ((ax_loss, "test_loss", "test"), (ax_loss, "validation_loss", "validation"),
@@ -29,7 +27,4 @@ def plot(run_dir, out=None) -> pathlib.Path:
         ax.legend()
     fig.suptitle(str(run_dir))
     fig.tight_layout()
-    out = pathlib.Path(out) if out else pathlib.Path(run_dir) / "curves.png"
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
-    return out
+    return atomic.write_png(pathlib.Path(out) if out else pathlib.Path(run_dir) / "curves.png", fig)
