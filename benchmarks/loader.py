@@ -8,7 +8,7 @@ The work: `--images` Fashion-MNIST training images, upscaled to 64x64 RGB and sa
 per-sample code — `frost.data.ImageFolder`'s Pillow decode, then RandomCrop(64, padding=4),
 RandomFlip and Normalize with a per-sample numpy Generator — and batches 128 float32 images:
 
-- Frost: `frost.data.Loader(workers=w)` (worker processes),
+- Frost: `frost.data.Loader(workers=w)` (both backends; "process" is the default),
 - torch: `torch.utils.data.DataLoader(num_workers=w, pin_memory=False, persistent_workers=w > 0)`,
   default collate and start method,
 - Grain: `grain.python.DataLoader(worker_count=w)` with a RandomMapTransform and Batch.
@@ -21,8 +21,8 @@ training step does), so no loader gains by handing out memory that is never touc
 each window the script waits until no loader is using CPU, so no loader's background work
 runs in another's window. Taking turns makes a change in the machine's load (other jobs
 share it) hit every loader alike. The tables give the median over the windows of
-images/s and of CPU seconds (all processes of the loader) per 1000 images, and Frost against
-each peer.
+images/s and of CPU seconds (all processes of the loader) per 1000 images, and Frost's
+process backend (the default) against each peer.
 """
 from __future__ import annotations
 
@@ -58,8 +58,8 @@ def make_folder(root: pathlib.Path, count: int) -> data.ImageFolder:
     return data.ImageFolder(root)
 
 
-def frost_batches(source, workers):
-    with data.Loader(source, BATCH, transform=AUGMENT, workers=workers, drop_last=True) as loader:
+def frost_batches(source, workers, backend="process"):
+    with data.Loader(source, BATCH, transform=AUGMENT, workers=workers, backend=backend, drop_last=True) as loader:
         while True:
             for images, _ in loader:
                 yield images
@@ -198,19 +198,21 @@ def main():
     parser.add_argument("--batches", type=int, default=24)
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
-    runs = {"Frost": frost_batches, "torch DataLoader": torch_batches, "Grain DataLoader": grain_batches}
+    runs = {"Frost (process)": frost_batches, "Frost (thread)": lambda s, w: frost_batches(s, w, "thread"),
+            "torch DataLoader": torch_batches, "Grain DataLoader": grain_batches}
     results = {}
     with tempfile.TemporaryDirectory(prefix="frost-bench-") as tmp:
         source = make_folder(pathlib.Path(tmp), args.images)
         for workers in args.workers:
-            results.update({(n, workers): r for n, r in compare(runs, source, workers, args).items()})
+            chosen = {n: r for n, r in runs.items() if not (n == "Frost (thread)" and workers == 0)}  # same as process
+            results.update({(n, workers): r for n, r in compare(chosen, source, workers, args).items()})
 
     def cell(name, workers, i=0, fmt="{:.0f}"):
         r = results.get((name, workers))
         return "" if r is None else f"failed: {type(r).__name__}" if isinstance(r, Exception) else fmt.format(r[i])
 
     def ratio(workers, peer, i=0):  # images/s: frost / peer; CPU per image (i=2): peer / frost
-        mine, theirs = results.get(("Frost", workers)), results.get((peer, workers))
+        mine, theirs = results.get(("Frost (process)", workers)), results.get((peer, workers))
         if not all(isinstance(r, tuple) for r in (mine, theirs)):
             return "n/a"
         return f"{mine[0] / theirs[0]:.2f}" if i == 0 else f"{theirs[i] / mine[i]:.2f}"

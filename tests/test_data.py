@@ -1,4 +1,4 @@
-"""frost.data: determinism across worker counts, resume (also with other worker and process
+"""frost.data: determinism across workers and backends, resume (also with other worker and process
 counts), sharding, failures, clean shutdown, and the file readers.
 
 The reference for every batch is the definition written out naively here: the sample indices of
@@ -101,10 +101,11 @@ def test_sampler_errors_teach():
 
 # -- determinism and resume ----------------------------------------------------------------------
 
-@pytest.mark.parametrize("workers", [0, 1, 2])
-def test_same_batches_for_any_worker_count(workers):
+@pytest.mark.parametrize("workers,backend", [(0, "process"), (1, "process"), (2, "process"), (1, "thread"),
+                                             (2, "thread")])
+def test_same_batches_for_any_worker_count(workers, backend):
     per_epoch = -(-N // B)
-    with make(workers=workers, prefetch=3) as loader:
+    with make(workers=workers, backend=backend, prefetch=3) as loader:
         got = stream(loader, per_epoch + 3)  # across an epoch boundary, ending mid-epoch
         assert loader.state()["epoch"] == 1 and loader.state()["batch"] == 3
     want = [reference(*divmod(i, per_epoch)) for i in range(per_epoch + 3)]
@@ -115,7 +116,7 @@ def test_same_batches_for_any_worker_count(workers):
 
 @pytest.mark.parametrize("before,after", [
     ({"workers": 0}, {"workers": 2}),
-    ({"workers": 2}, {"workers": 1}),
+    ({"workers": 2}, {"workers": 1, "backend": "thread"}),
     ({"workers": 1, "process_count": 2}, {"workers": 0}),
     ({"workers": 0}, {"workers": 0, "process_count": 4}),
 ])
@@ -163,8 +164,9 @@ class Failing:
         return np.full(3, i, np.int32), np.int32("jax" in sys.modules)
 
 
-def test_worker_exception_reaches_main_with_traceback_and_index():
-    with data.Loader(Failing(bad=37), 8, shuffle=False, workers=2) as loader:
+@pytest.mark.parametrize("backend", ["process", "thread"])
+def test_worker_exception_reaches_main_with_traceback_and_index(backend):
+    with data.Loader(Failing(bad=37), 8, shuffle=False, workers=2, backend=backend) as loader:
         with pytest.raises(data.WorkerError, match="sample index 37") as info:
             list(loader)
         assert loader.state()["batch"] == 37 // 8  # the batches before it were delivered
@@ -245,7 +247,7 @@ def test_no_leaks_after_early_stop_consumer_error_and_garbage_collection():
             for _ in loader:
                 1 / 0
     assert_clean()
-    loader = make(workers=1)
+    loader = make(workers=1, backend="process")
     next(iter(loader))
     del loader  # no close(): the finalizer stops the workers and frees the memory
     import gc

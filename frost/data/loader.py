@@ -18,7 +18,7 @@ How it works
   of its slot (so a batch stays valid however long it is kept) and reusing the slot at once.
   Tasks run ahead across epoch boundaries, so a new epoch starts with a full pipeline.
 - Each batch is a pure function of (seed, epoch, k) — augmentation included, see transforms.py —
-  so the output is identical for any worker count, and `state()` is the stream
+  so the output is identical for any worker count and backend, and `state()` is the stream
   position. A loader restored from it may use another worker count, or another process count:
   the global batches are the same and the sampler re-splits them.
 - Workers are spawned, never forked (the main process may be running JAX's threads); they import
@@ -30,10 +30,9 @@ How it works
   by SIGSTOP, stuck in I/O) for `timeout` seconds is raised as well: the loader never hangs. If the
   main process dies, the workers exit quietly and free the shared memory themselves.
 
-Workers are processes only: a thread backend (the same loop in threads) measured no faster at 1
-worker and at 0.36x at 2 (benchmarks/loader.py, 2 cores: 5,200 images/s against 14,100), since
-the augmentation's small numpy calls hold the GIL; so it was removed. A source or transform that
-cannot be pickled loads in the calling process (workers=0).
+The thread backend runs the same worker loop in threads (Pillow's decoder and large numpy
+operations release the GIL); the process backend is the default because it measured faster
+(benchmarks/loader.py, 2 workers on 2 cores: 14,100 images/s against the threads' 5,200).
 """
 import collections
 import contextlib
@@ -41,7 +40,9 @@ import itertools
 import multiprocessing as mp
 import os
 import pickle
+import queue
 import signal
+import threading
 import traceback
 import uuid
 import weakref
@@ -178,7 +179,7 @@ class _Processes:
                 payload = pickle.dumps((serve, args, layout, [s.name for s in self.segments]))
             except Exception as e:
                 e.add_note("frost.data: the process backend pickles the source and transform for its workers; "
-                           "define them at module level (no lambdas or local classes), or load in this process (workers=0)")
+                           "define them at module level (no lambdas or local classes), or use backend='thread'")
                 raise
             ctx = mp.get_context("spawn")
             for w in range(count):
@@ -204,9 +205,7 @@ class _Processes:
         """[(worker, answer)] for the answers ready now (blocking until one is); raises if a worker died."""
         ready = connection.wait(self.conns + [p.sentinel for p in self.procs], timeout=self.timeout)
         if not ready:
-            raise WorkerError(f"no {self.role} ({', '.join(str(p.pid) for p in self.procs)}) answered for "
-                              f"{self.timeout:g} s: one is stopped (SIGSTOP, a debugger) or stuck; if a batch "
-                              "really takes that long, raise Loader(timeout=...)")
+            raise _silent(self.timeout, [p.pid for p in self.procs])
         answers = []
         for w, conn in enumerate(self.conns):
             if conn in ready:
@@ -244,27 +243,68 @@ class _Processes:
         self.segments, self.procs, self.conns = [], [], []
 
 
+def _silent(timeout, workers) -> WorkerError:
+    return WorkerError(f"no data worker ({', '.join(map(str, workers))}) answered for {timeout:g} s: one is stopped "
+                       f"(SIGSTOP, a debugger) or stuck; if a batch really takes that long, raise Loader(timeout=...)")
+
+
+class _Threads:
+    """The same worker loop in threads; the slots are ordinary arrays."""
+
+    def __init__(self, count, serve, args, layout, slots, timeout):
+        self.timeout = timeout
+        self.slots = [layout.views(np.empty(layout.nbytes, np.uint8)) for _ in range(slots)]
+        self.tasks = [queue.SimpleQueue() for _ in range(count)]
+        self.answers = queue.SimpleQueue()
+        self.threads = [threading.Thread(target=serve, daemon=True, name=f"frost-data-{w}",
+                                         args=(q.get, lambda a, w=w: self.answers.put((w, a)), self.slots, *args))
+                        for w, q in enumerate(self.tasks)]
+        for t in self.threads:
+            t.start()
+
+    def submit(self, worker, task):
+        self.tasks[worker].put(task)
+
+    def wait(self):
+        try:
+            answers = [self.answers.get(timeout=self.timeout)]
+        except queue.Empty:
+            raise _silent(self.timeout, [t.name for t in self.threads]) from None
+        while not self.answers.empty():  # this thread is the only reader
+            answers.append(self.answers.get_nowait())
+        return answers
+
+    def close(self):
+        for q in self.tasks:
+            q.put(None)
+        for t in self.threads:
+            t.join()
+        self.threads = []
+
+
 class Loader:
     """Batches of `source` (see the module docstring).
 
     batch_size      the global batch; each of `process_count` processes gets batch_size // process_count rows
     transform       `t(sample, rng) -> sample`, rng seeded from (seed, epoch, index) (transforms.Compose)
-    workers         0: load in the calling thread; N: N worker processes
+    workers         0: load in the calling thread; N: N workers of `backend` ("process" or "thread")
     prefetch        batches in flight or ready ahead of the consumer (default 2 per worker)
     timeout         seconds without an answer from any busy worker before the loader gives up
     state           a `state()` dict to resume from
     """
 
     def __init__(self, source, batch_size: int, *, shuffle: bool = True, seed: int = 0, drop_last: bool = False,
-                 transform=None, workers: int = 0, prefetch: int | None = None,
+                 transform=None, workers: int = 0, backend: str = "process", prefetch: int | None = None,
                  process_index: int = 0, process_count: int = 1, state: dict | None = None, timeout: float = 60.0):
+        if backend not in ("process", "thread"):
+            raise ValueError(f"backend must be 'process' or 'thread', got {backend!r}")
         if workers < 0 or (prefetch is not None and prefetch < 1) or not timeout > 0:
             raise ValueError(f"need workers >= 0, prefetch >= 1 and timeout > 0, got workers={workers}, "
                              f"prefetch={prefetch}, timeout={timeout}")
         self.source, self.transform, self.seed = source, transform, int(seed)
         self.sampler = Sampler(len(source), batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last,
                                process_index=process_index, process_count=process_count)
-        self.workers, self.prefetch = workers, prefetch or 2 * max(workers, 1)
+        self.workers, self.backend, self.prefetch = workers, backend, prefetch or 2 * max(workers, 1)
         self.timeout = timeout
         self.epoch, self.batch = 0, 0  # the position of the next batch in the global stream
         self._pool = self._layout = None
@@ -347,7 +387,8 @@ class Loader:
     def _start(self):
         if self._pool is not None:
             return
-        self._pool = _Processes(self.workers, _serve, (self.source, self.transform, self.seed), self._layout,
+        pool = _Processes if self.backend == "process" else _Threads
+        self._pool = pool(self.workers, _serve, (self.source, self.transform, self.seed), self._layout,
                           self.prefetch, self.timeout)
         self._finalize = weakref.finalize(self, self._pool.close)
         self._next = (self.epoch, self.batch)  # the next position to hand to a worker
