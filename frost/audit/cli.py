@@ -8,7 +8,7 @@ No JAX is imported until the audit starts, so `frost --help` stays fast.
 """
 import dataclasses
 
-from frost.config import Checked, UsageError, add_options, from_args, option, optional, whole
+from frost.config import Checked, UsageError, add_options, from_args, needs, option, optional, whole
 
 BUILTIN = ("adamw", "adam", "sgd", "sgd-nesterov", "lion", "sophia", "sophia-h", "muon")
 
@@ -37,6 +37,7 @@ class AuditConfig(Checked):
     out: str = option("audit", "output folder: runs/*.json, results.json, report.md, PNG plots")
 
     def check(self):
+        needs("matplotlib", "frost audit (its plots)", "'frost[plot]'")
         if self.budget is not None and self.budget % 10:
             raise UsageError(f"--budget {self.budget}: must be a multiple of 10 (steps run in chunks of 10)")
         if self.data is not None and self.workload == "all":
