@@ -90,9 +90,6 @@ class _Layout:
         return [np.ndarray((self.rows, *shape), dtype, buffer, offset)
                 for (shape, dtype), offset in zip(self.fields, self.offsets)]
 
-    def empty(self, rows):
-        return [np.empty((rows, *shape), dtype) for shape, dtype in self.fields]
-
     def pack(self, leaves):
         if self.keys is None:
             return leaves[0]
@@ -145,17 +142,15 @@ def _worker_main(conn, first: bool):
         segments = [shared_memory.SharedMemory(name) for name in names]
     except (EOFError, OSError):  # the main process died, and its memory went, before this worker started
         return
-    orphaned = False
     try:
         serve(conn.recv, conn.send, [layout.views(s.buf) for s in segments], *args)
     except (EOFError, OSError):  # a closed, broken or reset pipe: the main process is gone
-        orphaned = True
-    finally:
-        if orphaned and first:  # free the memory, and withdraw the main process's registration once
+        if first:  # free the memory, and withdraw the main process's registration once
             for s in segments:
                 with contextlib.suppress(OSError):
                     s.unlink()
                 tracker(s._name, "shared_memory")
+    finally:
         for s in segments:
             with contextlib.suppress(BufferError):
                 s.close()
@@ -228,12 +223,11 @@ class _Processes:
         for conn in self.conns:
             with contextlib.suppress(OSError):
                 conn.send(None)
-        for proc in self.procs:  # a worker finishes its current batch, then reads the None
+        for proc, conn in zip(self.procs, self.conns):  # a worker finishes its current batch, then reads the None
             proc.join(timeout=1)
             if proc.is_alive():
                 proc.kill()
                 proc.join()
-        for conn in self.conns:
             conn.close()
         self.slots = None
         for s in self.segments:
@@ -266,23 +260,20 @@ class _Threads:
         self.tasks[worker].put(task)
 
     def wait(self):
+        """[(worker, answer)] for the next answer (the loader calls again until it has the batch it wants)."""
         try:
-            answers = [self.answers.get(timeout=self.timeout)]
+            return [self.answers.get(timeout=self.timeout)]
         except queue.Empty:
             raise _silent(self.timeout, [t.name for t in self.threads]) from None
-        while not self.answers.empty():  # this thread is the only reader
-            answers.append(self.answers.get_nowait())
-        return answers
 
     def close(self):
         for q in self.tasks:
             q.put(None)
         for t in self.threads:
             t.join()
-        self.threads = []
 
 
-class Loader:
+class Loader(contextlib.AbstractContextManager):
     """Batches of `source` (see the module docstring).
 
     batch_size      the global batch; each of `process_count` processes gets batch_size // process_count rows
@@ -330,8 +321,7 @@ class Loader:
                 "size": s.size, "shuffle": s.shuffle, "drop_last": s.drop_last}
 
     def _restore(self, state):
-        mine = self.state()
-        wrong = [f"{k}={state.get(k)!r} in the state, {v!r} here" for k, v in mine.items()
+        wrong = [f"{k}={state.get(k)!r} in the state, {v!r} here" for k, v in self.state().items()
                  if k not in ("epoch", "batch") and state.get(k) != v]
         if wrong:
             raise ValueError("cannot resume: the state was saved from a different stream (" + "; ".join(wrong) +
@@ -346,9 +336,6 @@ class Loader:
             self._finalize()  # runs pool.close once
             self._pool = None
 
-    def __enter__(self):
-        return self
-
     def __exit__(self, *exc):
         self.close()
 
@@ -360,16 +347,15 @@ class Loader:
             sample = load_sample(self.source, self.transform, self.seed, 0, 0)
             self._layout = _Layout(sample, self.sampler.batch_size // self.sampler.process_count)
         if self.workers == 0:
-            out = self._layout.empty(rows)
+            out = [np.empty((rows, *shape), dtype) for shape, dtype in self._layout.fields]
             _fill(out, self.source, self.transform, self.seed, self.epoch, self.sampler.batch(*pos))
             return self._layout.pack(out)
         try:
-            self._start()
-            self._submit()
+            if self._pool is None:
+                self._start()
             while pos not in self._ready:
                 for w, (slot, index, trace) in self._pool.wait():
-                    done = self._busy.pop(slot)
-                    self._load[w] -= 1
+                    done, _ = self._busy.pop(slot)
                     self._ready[done] = slot if trace is None else WorkerError(
                         f"data worker {w} failed on sample index {index} (epoch {done[0]}); its traceback:\n{trace}",
                         index, trace)
@@ -377,33 +363,31 @@ class Loader:
             if isinstance(slot, WorkerError):  # raised in stream order, after the batches before it
                 raise slot
             batch = self._layout.pack([field[:rows].copy() for field in self._pool.slots[slot]])
-            self._free.append(slot)
-            self._submit()
+            self._submit(slot)
             return batch
         except BaseException:
             self.close()  # the position is unchanged: iterating again restarts from this batch
             raise
 
     def _start(self):
-        if self._pool is not None:
-            return
+        """Start the workers and hand each slot a task."""
         pool = _Processes if self.backend == "process" else _Threads
         self._pool = pool(self.workers, _serve, (self.source, self.transform, self.seed), self._layout,
                           self.prefetch, self.timeout)
         self._finalize = weakref.finalize(self, self._pool.close)
         self._next = (self.epoch, self.batch)  # the next position to hand to a worker
-        self._free, self._busy, self._ready = list(range(self.prefetch)), {}, {}
-        self._load = [0] * self.workers
+        self._busy, self._ready = {}, {}  # slot -> (position, worker) in flight; position -> slot (or its error)
+        for slot in range(self.prefetch):
+            self._submit(slot)
 
-    def _submit(self):
-        """Hand free slots to the least busy workers, for the next positions of the stream."""
-        while self._free:
-            slot, w = self._free.pop(), min(range(self.workers), key=self._load.__getitem__)
-            epoch, k = self._next
-            self._pool.submit(w, (slot, epoch, self.sampler.batch(epoch, k)))
-            self._busy[slot] = self._next
-            self._load[w] += 1
-            self._next = (epoch, k + 1) if k + 1 < len(self) else (epoch + 1, 0)
+    def _submit(self, slot):
+        """Hand `slot` to the least busy worker, for the next position of the stream."""
+        busy = [w for _, w in self._busy.values()]  # the worker of each slot in flight
+        w = min(range(self.workers), key=busy.count)
+        epoch, k = self._next
+        self._pool.submit(w, (slot, epoch, self.sampler.batch(epoch, k)))
+        self._busy[slot] = self._next, w
+        self._next = (epoch, k + 1) if k + 1 < len(self) else (epoch + 1, 0)
 
 
 def prefetch_to_device(batches, sharding=None, size: int = 2):
@@ -417,10 +401,9 @@ def prefetch_to_device(batches, sharding=None, size: int = 2):
 
     from frost import parallel
 
-    def put(batch):
-        return parallel.global_batch(batch, sharding) if jax.process_count() > 1 else jax.device_put(batch, sharding)
-    pending, it = collections.deque(), iter(batches)
-    pending.extend(map(put, itertools.islice(it, size)))
+    put = parallel.global_batch if jax.process_count() > 1 else jax.device_put
+    placed = (put(batch, sharding) for batch in batches)
+    pending = collections.deque(itertools.islice(placed, size))
     while pending:
         yield pending.popleft()
-        pending.extend(map(put, itertools.islice(it, 1)))
+        pending.extend(itertools.islice(placed, 1))

@@ -41,13 +41,10 @@ class Sampler:
             self._cached = (epoch, order)
         return self._cached[1]
 
-    def global_batch(self, epoch: int, k: int) -> np.ndarray:
-        if not 0 <= k < len(self):
-            raise IndexError(f"batch {k} out of range: an epoch has {len(self)} batches")
-        return self.order(epoch)[k * self.batch_size:(k + 1) * self.batch_size]
-
     def batch(self, epoch: int, k: int) -> np.ndarray:
         """This process's share of global batch k of `epoch`."""
-        rows = self.global_batch(epoch, k)
+        if not 0 <= k < len(self):
+            raise IndexError(f"batch {k} out of range: an epoch has {len(self)} batches")
+        rows = self.order(epoch)[k * self.batch_size:(k + 1) * self.batch_size]  # the global batch
         p, n = self.process_index, self.process_count
         return rows[p * len(rows) // n:(p + 1) * len(rows) // n]

@@ -51,8 +51,7 @@ _IDX_DTYPES = {0x08: ">u1", 0x09: ">i1", 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 
 
 def _read_bytes(path) -> bytes:
     """A file's bytes, gunzipped when it starts with the gzip magic number."""
-    with open(path, "rb") as f:
-        data = f.read()
+    data = pathlib.Path(path).read_bytes()
     if data[:2] == b"\x1f\x8b":
         try:
             data = gzip.decompress(data)

@@ -85,9 +85,8 @@ class Resize:
         h, w = self.size
         if image.shape[:2] == (h, w):
             return image
-        grey = image.shape[2] == 1
-        out = np.asarray(Image.fromarray(image[..., 0] if grey else image).resize((w, h), Image.BILINEAR))
-        return out[..., None] if grey else out
+        out = Image.fromarray(image[..., 0] if image.shape[2] == 1 else image).resize((w, h), Image.BILINEAR)
+        return np.asarray(out).reshape(h, w, image.shape[2])  # a grey image gets its channel axis back
 
 
 class Compose:

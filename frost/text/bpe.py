@@ -156,8 +156,7 @@ def _mp_context():
     return get_context("forkserver" if os.name == "posix" else "spawn")
 
 
-def _count_batch(args: tuple[str, list[str]]) -> tuple[Counter, int]:
-    pattern, texts = args
+def _count_batch(pattern: str, texts: list[str]) -> tuple[Counter, int]:
     return Counter(chain.from_iterable(split_chunks(pattern, text) for text in texts)), sum(map(len, texts))
 
 
@@ -166,8 +165,8 @@ def count_chunks(texts: Iterable[str] | str, pattern: str = GPT4_PATTERN, worker
     """How often each pre-token chunk occurs: Counter({' the': 63924, ...}). `progress`: a tqdm bar
     advanced by characters read; `started`: see `parallel_map`."""
     total = Counter()
-    batches = ((pattern, b) for b in _batches(_pieces(texts)))
-    for counts, n_chars in parallel_map(_count_batch, batches, workers, started=started):
+    count = functools.partial(_count_batch, pattern)
+    for counts, n_chars in parallel_map(count, _batches(_pieces(texts)), workers, started=started):
         total.update(counts)
         if progress is not None:
             progress.update(n_chars)
@@ -214,11 +213,9 @@ def train_counts(counts: dict[str, int], vocab_size: int, *, pattern: str = GPT4
     done = np.zeros(1, np.int64)
     with ThreadPoolExecutor(1) as pool, _bar(progress, "merging", "tok", total=n_tokens - 256) as bar:
         merging = pool.submit(merge_loop, sym, starts, wcount, n_tokens, done)  # it releases the GIL
-        while bar is not None:  # this thread moves the bar
-            finished = wait([merging], 0.1).done
+        while bar is not None and not merging.done():  # this thread moves the bar
+            wait([merging], 0.1)
             bar.update(max(0, int(done[0]) - 256 - bar.n))
-            if finished:
-                break
     merges = merging.result()
     n_made = int(merges[:, 2].max(initial=255)) + 1
     special = {s: n_made + i for i, s in enumerate(special_tokens)}
@@ -337,10 +334,10 @@ class Tokenizer:
 
     def encode_iter(self, texts: Iterable[str], *, special: str = "refuse", workers: int | None = None):
         """Lazily encode many texts, in order, in `workers` processes; yields one id list per text."""
-        jobs = ((special, batch) for batch in _batches(texts))
+        encode = functools.partial(_encode_batch, special)
         state = (self.merges, self.special, self.pattern)
-        here = lambda job: _flat([self.encode(t, special=job[0]) for t in job[1]])  # noqa: E731
-        for flat, lengths in parallel_map(_encode_batch, jobs, workers, _set_worker_tokenizer, (state,), here):
+        here = lambda texts: _flat([self.encode(t, special=special) for t in texts])  # noqa: E731
+        for flat, lengths in parallel_map(encode, _batches(texts), workers, _set_worker_tokenizer, (state,), here):
             ids, pos = flat.tolist(), 0
             for n in lengths.tolist():
                 yield ids[pos:pos + n]
@@ -376,8 +373,7 @@ def _set_worker_tokenizer(state):
     _worker_tokenizer = Tokenizer(*state)
 
 
-def _encode_batch(args: tuple[str, list[str]]):
-    special, texts = args
+def _encode_batch(special: str, texts: list[str]):
     return _flat([_worker_tokenizer.encode(t, special=special) for t in texts])
 
 

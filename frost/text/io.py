@@ -82,8 +82,7 @@ def to_hf_json(tok: Tokenizer) -> dict:
     """The HF `tokenizers` tokenizer.json of `tok`, as a dict."""
     chars = _byte_chars()
     names = ["".join(chars[b] for b in token) for token in tok.vocab]
-    vocab = {name: i for i, name in enumerate(names)}
-    vocab.update(tok.special)
+    vocab = {name: i for i, name in enumerate(names)} | tok.special
     added = [{"id": i, "content": s, "single_word": False, "lstrip": False, "rstrip": False,
               "normalized": False, "special": True} for s, i in tok.special.items()]
     split = {"type": "Split", "pattern": {"Regex": tok.pattern}, "behavior": "Isolated", "invert": False}
