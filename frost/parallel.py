@@ -108,9 +108,8 @@ def parse_mesh(spec: str) -> dict:
 
 def distribute(tree, mesh_spec: str, strategy: str, batch_size: int):
     """Lay `tree` (e.g. {"model": ..., "opt_state": ...}) out on a mesh: returns
-    (placed tree, its shardings, the batch sharding)."""
-    if strategy not in STRATEGIES:
-        raise UsageError(f"--strategy {strategy!r}: choose one of {', '.join(STRATEGIES)}")
+    (placed tree, its shardings, the batch sharding). `strategy` is a key of STRATEGIES, checked
+    where the user gives it (`--strategy`'s choices in frost.train.configs)."""
     mesh = make_mesh(**parse_mesh(mesh_spec))
     check_batch(mesh, batch_size)
     shardings = STRATEGIES[strategy](tree, mesh)

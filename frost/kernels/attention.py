@@ -243,14 +243,16 @@ def _dq_kernel(q_ref, k_ref, v_ref, keep_ref, do_ref, lse_ref, delta_ref, dq_ref
     _store(dq_ref, dq * opts["scale"], head_dim)
 
 
-def _specs(b_len, seq_len, d_pad, keep, *, own: bool):
-    """BlockSpecs for a grid (sequence block, batch, head): (B, L, H, D) arrays, (B, H, L) row
-    statistics and the (B, L) key mask (None when there is no `keep` mask), either the program's
-    own block of length `b_len` (own=True) or the whole sequence, to be sliced inside the kernel's loop."""
-    n = b_len if own else seq_len
-    return (pl.BlockSpec((None, n, None, d_pad), lambda i, b, h: (b, i if own else 0, h, 0)),
-            pl.BlockSpec((None, None, n), lambda i, b, h: (b, h, i if own else 0)),
-            None if keep is None else pl.BlockSpec((None, n), lambda i, b, h: (b, i if own else 0)))
+def _specs(q_len, k_len, d_pad, keep, *, over_q: bool):
+    """BlockSpecs for a grid (sequence block, batch, head) that runs over query blocks (over_q) or
+    key blocks: those of (B, T, H, D) query-side arrays and (B, H, T) row statistics, `q_len` rows
+    each, then of (B, S, H, D) key-side arrays and the (B, S) key mask (None when there is no `keep`
+    mask), `k_len` rows each. The side the grid runs over gets the program's own block; the other
+    side its whole sequence, to be sliced inside the kernel's loop."""
+    return (pl.BlockSpec((None, q_len, None, d_pad), lambda i, b, h: (b, i if over_q else 0, h, 0)),
+            pl.BlockSpec((None, None, q_len), lambda i, b, h: (b, h, i if over_q else 0)),
+            pl.BlockSpec((None, k_len, None, d_pad), lambda i, b, h: (b, 0 if over_q else i, h, 0)),
+            None if keep is None else pl.BlockSpec((None, k_len), lambda i, b, h: (b, 0 if over_q else i)))
 
 
 def _call(kernel, name, grid_len, blocks: BlockSizes, d, interpret, in_specs, out_specs, out_shape, *args):
@@ -260,53 +262,45 @@ def _call(kernel, name, grid_len, blocks: BlockSizes, d, interpret, in_specs, ou
                           interpret=interpret, name=name)(*args)
 
 
-def _forward(q, k, v, keep, causal, scale, kv_len, blocks: BlockSizes, interpret):
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6, 7, 8))
+def _flash(q, k, v, keep, causal, scale, kv_len, blocks, interpret):
+    return _flash_fwd(q, k, v, keep, causal, scale, kv_len, blocks, interpret)[0]
+
+
+def _flash_fwd(q, k, v, keep, causal, scale, kv_len, blocks: BlockSizes, interpret):
+    """The forward kernel: the output and, for the backward pass, the residuals with lse (B, H, T)
+    (fp32, log2 units)."""
     (b, t, h, d), s = q.shape, k.shape[1]
     d_pad, bq = max(16, pl.next_power_of_2(d)), blocks.block_q
     opts = dict(causal=causal, scale=scale, kv_len=kv_len, kv_pad=s, head_dim=d)
-    qo, lse_own, _ = _specs(bq, t, d_pad, keep, own=True)
-    kv, _, keep_all = _specs(bq, s, d_pad, keep, own=False)
-    return _call(functools.partial(_forward_kernel, block_k=blocks.block_k, **opts), "frost_flash_forward",
-                 (t // bq, b, h), blocks, d, interpret, [qo, kv, kv, keep_all], [qo, lse_own],
-                 [jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct((b, h, t), jnp.float32)], q, k, v, keep)
+    qs, rows, kvs, keeps = _specs(bq, s, d_pad, keep, over_q=True)
+    o, lse = _call(functools.partial(_forward_kernel, block_k=blocks.block_k, **opts), "frost_flash_forward",
+                   (t // bq, b, h), blocks, d, interpret, [qs, kvs, kvs, keeps], [qs, rows],
+                   [jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct((b, h, t), jnp.float32)],
+                   q, k, v, keep)
+    return o, (q, k, v, keep, o, lse)
 
 
-def _backward(q, k, v, keep, o, lse, do, causal, scale, kv_len, blocks: BlockSizes, interpret):
+def _flash_bwd(causal, scale, kv_len, blocks: BlockSizes, interpret, residuals, do):
+    """The two backward kernels: (dq, dk, dv), and no cotangent for `keep`."""
+    q, k, v, keep, o, lse = residuals
     (b, t, h, d), s = q.shape, k.shape[1]
     d_pad = max(16, pl.next_power_of_2(d))
     opts = dict(causal=causal, scale=scale, kv_len=kv_len, kv_pad=s, head_dim=d)
     delta = jnp.sum(o.astype(jnp.float32) * do.astype(jnp.float32), axis=-1).transpose(0, 2, 1)  # (B, H, T)
 
     bk = blocks.block_k_dkv  # dk, dv: one program per key block, all queries in its loop
-    q_all, rows_all, _ = _specs(bk, t, d_pad, keep, own=False)
-    kv_own, _, keep_own = _specs(bk, s, d_pad, keep, own=True)
+    qs, rows, kvs, keeps = _specs(t, bk, d_pad, keep, over_q=False)
     dk, dv = _call(functools.partial(_dkdv_kernel, block_q=blocks.block_q_dkv, **opts), "frost_flash_dkdv",
-                   (s // bk, b, h), blocks, d, interpret,
-                   [q_all, kv_own, kv_own, keep_own, q_all, rows_all, rows_all], [kv_own, kv_own],
+                   (s // bk, b, h), blocks, d, interpret, [qs, kvs, kvs, keeps, qs, rows, rows], [kvs, kvs],
                    [jax.ShapeDtypeStruct(k.shape, k.dtype)] * 2, q, k, v, keep, do, lse, delta)
 
     bq = blocks.block_q_dq  # dq: one program per query block, all keys in its loop
-    q_own, rows_own, _ = _specs(bq, t, d_pad, keep, own=True)
-    kv_all, _, keep_all = _specs(bq, s, d_pad, keep, own=False)
+    qs, rows, kvs, keeps = _specs(bq, s, d_pad, keep, over_q=True)
     dq = _call(functools.partial(_dq_kernel, block_k=blocks.block_k_dq, **opts), "frost_flash_dq",
-               (t // bq, b, h), blocks, d, interpret,
-               [q_own, kv_all, kv_all, keep_all, q_own, rows_own, rows_own], q_own,
+               (t // bq, b, h), blocks, d, interpret, [qs, kvs, kvs, keeps, qs, rows, rows], qs,
                jax.ShapeDtypeStruct(q.shape, q.dtype), q, k, v, keep, do, lse, delta)
-    return dq, dk, dv
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6, 7, 8))
-def _flash(q, k, v, keep, causal, scale, kv_len, blocks, interpret):
-    return _forward(q, k, v, keep, causal, scale, kv_len, blocks, interpret)[0]
-
-
-def _flash_fwd(q, k, v, keep, causal, scale, kv_len, blocks, interpret):
-    o, lse = _forward(q, k, v, keep, causal, scale, kv_len, blocks, interpret)
-    return o, (q, k, v, keep, o, lse)  # lse: (B, H, T) fp32, log2 units
-
-
-def _flash_bwd(causal, scale, kv_len, blocks, interpret, residuals, do):
-    return (*_backward(*residuals, do, causal, scale, kv_len, blocks, interpret), None)  # no cotangent for keep
+    return dq, dk, dv, None
 
 
 _flash.defvjp(_flash_fwd, _flash_bwd)

@@ -112,10 +112,6 @@ class GPT(nn.Module):
         self.head = None if tie_weights else _linear(dim, vocab_size, 0.02, keys[2], bias=False)
         self.max_len = max_len
 
-    def logits(self, x):  # (B, T, C) -> (B, T, V)
-        x = self.ln_f(x)
-        return x @ self.embed.weight.T if self.head is None else self.head(x)
-
     def __call__(self, ids):  # (B, T) -> (B, T, V)
         return self.step(ids, 0, (None,) * len(self.blocks))[0]
 
@@ -131,7 +127,8 @@ class GPT(nn.Module):
         for block, layer_cache in zip(self.blocks, cache):
             x, layer_cache = block(x, positions, layer_cache)
             new_cache.append(layer_cache)
-        return self.logits(x), tuple(new_cache)
+        x = self.ln_f(x)
+        return (x @ self.embed.weight.T if self.head is None else self.head(x)), tuple(new_cache)  # (B, T, V)
 
     def empty_cache(self, batch: int, dtype=jnp.float32):
         heads = self.blocks[0].heads
@@ -172,6 +169,5 @@ def _generate(model, prompt, key, max_new_tokens, temperature, top_k):
         nxt = sample_token(logits[:, -1], jax.random.fold_in(key, i), temperature, top_k)
         return tokens.at[:, T0 + i].set(nxt.astype(tokens.dtype)), cache
 
-    tokens = jnp.zeros((B, T0 + max_new_tokens), prompt.dtype).at[:, :T0].set(prompt)
-    tokens = tokens.at[:, T0].set(first.astype(prompt.dtype))
+    tokens = jnp.pad(prompt, ((0, 0), (0, max_new_tokens))).at[:, T0].set(first.astype(prompt.dtype))  # (B, T0 + new)
     return jax.lax.fori_loop(1, max_new_tokens, body, (tokens, cache))[0]

@@ -18,21 +18,12 @@ Dropout is the identity. Call `apply` inside the same `jit`/`grad` as the forwar
 recorded statistics belong to that trace. A layer object used twice in one pass records twice;
 the last call wins.
 """
+import contextvars
 import dataclasses
-import threading
 
 import jax
 
 from frost.nn.module import Module, is_module, map_children
-
-
-class _Local(threading.local):
-    """Per-thread state: `stack` holds this thread's open contexts, innermost last."""
-    def __init__(self):
-        self.stack = []
-
-
-_local = _Local()
 
 
 @dataclasses.dataclass
@@ -43,24 +34,25 @@ class _Context:
     calls: int = 0
 
 
-def _current() -> _Context | None:
-    return _local.stack[-1] if _local.stack else None
+# The innermost open _Context of this thread (or asyncio task), None outside `apply`; `apply` sets it
+# and, when the forward pass returns, restores the one it replaced (nested applies).
+_context = contextvars.ContextVar("frost_nn_context", default=None)
 
 
 def is_training() -> bool:
-    ctx = _current()
+    ctx = _context.get()
     return ctx is not None and ctx.train
 
 
 def record(layer: Module, **fields) -> None:
     """Called by a layer during `apply(train=True)` to replace some of its fields afterwards."""
     if is_training():
-        _current().records[id(layer)] = (layer, {k: jax.lax.stop_gradient(v) for k, v in fields.items()})
+        _context.get().records[id(layer)] = (layer, {k: jax.lax.stop_gradient(v) for k, v in fields.items()})
 
 
 def next_key(layer: Module) -> jax.Array:
     """A fresh PRNG key for a random layer in training mode."""
-    ctx = _current()
+    ctx = _context.get()
     if ctx is None or ctx.key is None:
         raise ValueError(f"{layer.describe()} needs a PRNG key in training mode: pass `key=` to the layer, "
                          "or run the model through `frost.nn.apply(model, x, train=True, key=key)`")
@@ -90,9 +82,9 @@ def _write_back(tree, records: dict):
 def apply(model, *args, train: bool = False, key: jax.Array | None = None, **kwargs):
     """Run `model(*args, **kwargs)` in train or eval mode; return `(output, updated_model)`."""
     ctx = _Context(train=train, key=key)
-    _local.stack.append(ctx)
+    token = _context.set(ctx)
     try:
         out = model(*args, **kwargs)
     finally:
-        _local.stack.pop()
+        _context.reset(token)
     return out, (_write_back(model, ctx.records) if ctx.records else model)

@@ -29,20 +29,18 @@ import numpy as np
 _INIT_FLAG = "_frost_initialising"
 
 
-def static(default: Any = dataclasses.MISSING, **kwargs) -> Any:
+def static(default: Any = dataclasses.MISSING) -> Any:
     """Declare a configuration field: part of the tree definition, not a leaf."""
-    metadata = dict(kwargs.pop("metadata", {}), static=True)
-    return dataclasses.field(default=default, metadata=metadata, **kwargs)
+    return dataclasses.field(default=default, metadata={"static": True})
 
 
-def buffer(default: Any = dataclasses.MISSING, **kwargs) -> Any:
+def buffer(default: Any = dataclasses.MISSING) -> Any:
     """Declare a non-trainable array field (BatchNorm's running statistics).
 
     A buffer is a PyTree child like a parameter (it is saved, jitted and sharded), but it is
     left out of `param_count`, and `trainable_mask` marks it False so an optimizer can skip it.
     """
-    metadata = dict(kwargs.pop("metadata", {}), buffer=True)
-    return dataclasses.field(default=default, metadata=metadata, **kwargs)
+    return dataclasses.field(default=default, metadata={"buffer": True})
 
 
 def is_module(x) -> bool:
@@ -105,12 +103,11 @@ class Module:
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        own_init = "__init__" in cls.__dict__
-        inherited_custom = not own_init and getattr(cls, "_frost_custom_init", False)
-        dataclasses.dataclass(cls, init=not (own_init or inherited_custom), repr=False, eq=False)
-        if not inherited_custom:  # wrap ours, or the dataclass-generated one
+        custom = "__init__" in cls.__dict__ or getattr(cls, "_frost_custom_init", False)  # own or inherited
+        dataclasses.dataclass(cls, init=not custom, repr=False, eq=False)
+        if "__init__" in cls.__dict__:  # wrap ours, or the dataclass-generated one (an inherited one is wrapped)
             cls.__init__ = _wrap_init(cls.__dict__["__init__"])
-        cls._frost_custom_init = own_init or inherited_custom
+        cls._frost_custom_init = custom
         children = tuple(f.name for f in dataclasses.fields(cls) if not f.metadata.get("static"))
         statics = tuple(f.name for f in dataclasses.fields(cls) if f.metadata.get("static"))
         keys = tuple(jax.tree_util.GetAttrKey(n) for n in children)

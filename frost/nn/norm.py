@@ -23,6 +23,11 @@ def _f32(x):
     return x.astype(jnp.float32) if x.dtype.itemsize < 4 else x  # bf16/fp16 -> fp32; fp32/fp64 kept
 
 
+def _scale_shift(shape, dtype, scale: bool, shift: bool) -> tuple:
+    """The affine parameters (weight, bias): ones and zeros of `shape`, each None when not wanted."""
+    return jnp.ones(shape, dtype) if scale else None, jnp.zeros(shape, dtype) if shift else None
+
+
 def _affine(y, weight, bias, dtype):  # y in float32 -> y * weight + bias in `dtype`
     if weight is not None:
         y = y * expand_to(weight, y.ndim).astype(y.dtype)
@@ -51,8 +56,7 @@ class BatchNorm(Module):
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1, affine: bool = True,
                  dtype=jnp.float32):
-        self.weight = jnp.ones(num_features, dtype) if affine else None
-        self.bias = jnp.zeros(num_features, dtype) if affine else None
+        self.weight, self.bias = _scale_shift(num_features, dtype, affine, affine)
         self.running_mean, self.running_var = jnp.zeros(num_features, dtype), jnp.ones(num_features, dtype)
         self.num_features, self.eps, self.momentum = num_features, eps, momentum
 
@@ -80,8 +84,7 @@ class LayerNorm(Module):
     def __init__(self, shape, eps: float = 1e-5, elementwise_affine: bool = True, use_bias: bool = True,
                  dtype=jnp.float32):
         self.shape = (shape,) if isinstance(shape, int) else tuple(shape)
-        self.weight = jnp.ones(self.shape, dtype) if elementwise_affine else None
-        self.bias = jnp.zeros(self.shape, dtype) if elementwise_affine and use_bias else None
+        self.weight, self.bias = _scale_shift(self.shape, dtype, elementwise_affine, elementwise_affine and use_bias)
         self.eps = eps
 
     def __call__(self, x):  # (..., *shape) -> same
@@ -120,8 +123,7 @@ class GroupNorm(Module):
     def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True, dtype=jnp.float32):
         if num_channels % num_groups:
             raise ValueError(f"GroupNorm: num_groups={num_groups} must divide num_channels={num_channels}")
-        self.weight = jnp.ones(num_channels, dtype) if affine else None
-        self.bias = jnp.zeros(num_channels, dtype) if affine else None
+        self.weight, self.bias = _scale_shift(num_channels, dtype, affine, affine)
         self.num_groups, self.num_channels, self.eps = num_groups, num_channels, eps
 
     def __call__(self, x):  # (N, ..., C) -> same

@@ -118,21 +118,20 @@ def partition(transforms: dict, labels) -> GradientTransformation:
         partition({"muon": muon_chain, "adam": adamw(3e-4)},
                   lambda params: jax.tree.map(lambda p: "muon" if p.ndim == 2 else "adam", params))
     """
-    parts = {k: masked(t, lambda tree, k=k: jax.tree.map(lambda lab: lab == k, _resolve(labels, tree)))
-             for k, t in transforms.items()}
+    # The masks are disjoint, so applying the masked transforms in turn partitions.
+    parts = chain(*(masked(t, lambda tree, k=k: jax.tree.map(lambda lab: lab == k, _resolve(labels, tree)))
+                    for k, t in transforms.items()))
 
     def init(params):
         unknown = set(jax.tree.leaves(_resolve(labels, params))) - set(transforms)
         if unknown:
             raise ValueError(f"partition: no transform for label(s) {sorted(unknown)}; "
                              f"transforms are given for {sorted(transforms)}")
-        return PartitionState({k: p.init(params) for k, p in parts.items()})
+        return PartitionState(dict(zip(transforms, parts.init(params))))
 
     def update(updates, state, params=None):
-        new_states = {}
-        for k, p in parts.items():  # the masks are disjoint, so applying them in turn partitions
-            updates, new_states[k] = p.update(updates, state.inner_states[k], params)
-        return updates, PartitionState(new_states)
+        updates, states = parts.update(updates, tuple(state.inner_states[k] for k in transforms), params)
+        return updates, PartitionState(dict(zip(transforms, states)))
     return GradientTransformation(init, update)
 
 

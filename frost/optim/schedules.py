@@ -21,6 +21,16 @@ def _cos(frac):
     return 0.5 * (1 + jnp.cos(jnp.pi * frac))
 
 
+def _cosine(init_value: float, end_value: float, steps: int, begin: int = 0):
+    """init_value until `begin`, then half a cosine to end_value over `steps` steps (`linear`'s shape)."""
+    return lambda step: end_value + (init_value - end_value) * _cos(_ramp(step, begin, steps))
+
+
+def _switch(boundary: int, before, after):
+    """The schedule `before` for steps < boundary, `after` from there on."""
+    return lambda step: jnp.where(jnp.asarray(step) < boundary, before(step), after(step))
+
+
 def constant(value: float):
     return lambda step: jnp.full((), value, jnp.float32)
 
@@ -40,11 +50,8 @@ def warmup_cosine(peak_value: float, warmup_steps: int, decay_steps: int, init_v
                   end_value: float = 0.0):
     """Linear warmup init_value -> peak_value, then cosine to end_value at step decay_steps
     (optax.warmup_cosine_decay_schedule)."""
-    def schedule(step):
-        warm = init_value + (peak_value - init_value) * _ramp(step, 0, warmup_steps)
-        decay = end_value + (peak_value - end_value) * _cos(_ramp(step, warmup_steps, decay_steps - warmup_steps))
-        return jnp.where(jnp.asarray(step) < warmup_steps, warm, decay)
-    return schedule
+    return _switch(warmup_steps, linear(init_value, peak_value, warmup_steps),
+                   _cosine(peak_value, end_value, decay_steps - warmup_steps, warmup_steps))
 
 
 def one_cycle(total_steps: int, peak_value: float, pct_start: float = 0.3, div_factor: float = 25.0,
@@ -52,12 +59,7 @@ def one_cycle(total_steps: int, peak_value: float, pct_start: float = 0.3, div_f
     """Smith & Topin 2017: cosine up from peak/div_factor to peak over pct_start of the run, then
     cosine down to peak/(div_factor·final_div_factor) (optax.cosine_onecycle_schedule, torch OneCycleLR)."""
     init, end, up = peak_value / div_factor, peak_value / (div_factor * final_div_factor), int(pct_start * total_steps)
-
-    def schedule(step):
-        rise = peak_value + (init - peak_value) * _cos(_ramp(step, 0, up))
-        fall = end + (peak_value - end) * _cos(_ramp(step, up, total_steps - up))
-        return jnp.where(jnp.asarray(step) < up, rise, fall)
-    return schedule
+    return _switch(up, _cosine(init, peak_value, up), _cosine(peak_value, end, total_steps - up, up))
 
 
 def warmup_stable_decay(peak_value: float, warmup_steps: int, stable_steps: int, decay_steps: int,
@@ -67,8 +69,5 @@ def warmup_stable_decay(peak_value: float, warmup_steps: int, stable_steps: int,
 
         warmup_stable_decay(1.0, 2, 3, 2)(0..8) -> 0, .5, 1, 1, 1, 1, .5, 0, 0
     """
-    def schedule(step):
-        warm = init_value + (peak_value - init_value) * _ramp(step, 0, warmup_steps)
-        decay = peak_value + (end_value - peak_value) * _ramp(step, warmup_steps + stable_steps, decay_steps)
-        return jnp.where(jnp.asarray(step) < warmup_steps, warm, decay)
-    return schedule
+    return _switch(warmup_steps, linear(init_value, peak_value, warmup_steps),
+                   linear(peak_value, end_value, decay_steps, warmup_steps + stable_steps))
