@@ -24,22 +24,29 @@ def fsync(path) -> None:
         os.close(fd)
 
 
+@contextlib.contextmanager
+def _renaming(tmp: pathlib.Path, path: pathlib.Path, remove):
+    """Around the code that fills `tmp` (a file or a folder): on success, rename it over `path` and
+    fsync the folder; on failure, `remove(tmp)` and leave `path` as it was."""
+    try:
+        yield
+        os.replace(tmp, path)
+    except BaseException:
+        remove(tmp)
+        raise
+    fsync(path.parent)
+
+
 def write(path, data) -> pathlib.Path:
     """Replace `path` with `data` (bytes, or str written as UTF-8, or an iterable of them, streamed:
     a token file larger than memory) atomically and durably."""
     path = pathlib.Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666), "wb") as f:
-            for part in [data] if isinstance(data, (bytes, bytearray, memoryview, str)) else data:
-                f.write(part.encode("utf-8") if isinstance(part, str) else part)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    fsync(path.parent)
+    with _renaming(tmp, path, lambda tmp: tmp.unlink(missing_ok=True)), open(tmp, "wb") as f:  # mode 0o666 - umask
+        for part in [data] if isinstance(data, (bytes, bytearray, memoryview, str)) else data:
+            f.write(part.encode("utf-8") if isinstance(part, str) else part)
+        f.flush()
+        os.fsync(f.fileno())
     return path
 
 
@@ -58,14 +65,9 @@ def directory(path):
     tmp = path.with_name(path.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    try:
+    with _renaming(tmp, path, lambda tmp: shutil.rmtree(tmp, ignore_errors=True)):
         yield tmp
         for f in tmp.iterdir():
             fsync(f)
         if path.exists():
             shutil.rmtree(path)
-        os.replace(tmp, path)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    fsync(path.parent)

@@ -86,10 +86,9 @@ class Checked:
         """Raise UsageError for the first field whose value is not allowed, then run `check()`."""
         for f in dataclasses.fields(self):
             meta, value = _meta(type(self), f.name), getattr(self, f.name)
-            choices = meta.get("choices")
-            if choices is not None and value not in choices:
-                raise UsageError(f"{flag(f.name)} {value!r}: choose one of {', '.join(map(str, choices))}")
-            problem = meta.get("check") and meta["check"](value)
+            choices, check = meta.get("choices"), meta.get("check")
+            problem = (f"choose one of {', '.join(map(str, choices))}" if choices is not None and value not in choices
+                       else check and check(value))  # the allowed values first, then the check
             if problem:
                 raise UsageError(f"{flag(f.name)} {value!r}: {problem}")
         self.check()

@@ -99,11 +99,9 @@ def _shards(name: str, array, shape) -> list:
     for device, index in array.sharding.devices_indices_map(shape).items():
         holders.setdefault(_bounds(index, shape), []).append(device)
     local = {_bounds(s.index, shape): s.data for s in array.addressable_shards}
-    out = []
-    for bounds, devices in sorted(holders.items()):
-        writer = sorted(devices, key=lambda d: d.id)[zlib.crc32(name.encode()) % len(devices)]
-        out.append((bounds, writer.process_index, local.get(bounds)))
-    return out
+    replica = zlib.crc32(name.encode())  # which holder (by device id) writes each shard: spread by entry name
+    return [(bounds, sorted(devices, key=lambda d: d.id)[replica % len(devices)].process_index, local.get(bounds))
+            for bounds, devices in sorted(holders.items())]
 
 
 def _barrier(name: str, count: int) -> None:
@@ -167,16 +165,13 @@ def save(directory, step: int, tree, meta: dict | None = None, keep: int = 3) ->
         atomic.write(tmp / filename(me), safetensors_bytes(mine))
         digests = _gather_digests(tmp, {k: _sha256(v) for k, v in mine.items()}, count)
         if me == 0:
-            for entry in entries.values():
-                for shard in entry["shards"]:
-                    shard["sha256"] = digests[shard["key"]]
+            for shard in (s for entry in entries.values() for s in entry["shards"]):
+                shard["sha256"] = digests[shard["key"]]
             manifest = {"format": FORMAT, "step": step, "processes": count, "meta": meta or {}, "entries": entries}
             atomic.write(tmp / "manifest.json", json.dumps(manifest, separators=(",", ":")))  # compact: 2/3 of indented
-    if me == 0:
-        for old in checkpoints(directory)[:-keep] if keep else []:
+    if me == 0:  # the checkpoints before the newest `keep` (none with keep=0), and folders of killed saves
+        for old in checkpoints(directory)[:-keep] + list(directory.glob("step_*.tmp")):
             shutil.rmtree(old, ignore_errors=True)
-        for stale in directory.glob("step_*.tmp"):
-            shutil.rmtree(stale, ignore_errors=True)
     return final
 
 
@@ -224,13 +219,13 @@ class _Reader:
         return array.reshape([b - a for a, b in shard["index"]])  # safetensors may store 0-d arrays as 1-d
 
 
-def _assemble(name: str, entry: dict, leaf, read, file) -> jax.Array:
+def _assemble(name: str, entry: dict, leaf, read: _Reader) -> jax.Array:
     """The array of `leaf`'s dtype, shape and sharding, each device's block cut from the stored
     shards that overlap it (each read at most once)."""
     dtype, shape = _spec(leaf)
     if entry["dtype"] != dtype or tuple(entry["shape"]) != shape:
-        raise CheckpointError(f"{file}: entry '{name}' is {entry['dtype']}{entry['shape']}, "
-                              f"but the model expects {dtype}{list(shape)}")
+        raise CheckpointError(f"{read.path / entry['shards'][0]['file']}: entry '{name}' is {entry['dtype']}"
+                              f"{entry['shape']}, but the model expects {dtype}{list(shape)}")
     stored = np.uint16 if dtype == "bfloat16" else np.uint32 if dtype.startswith("key:") else np.dtype(dtype)
     cache = {}
 
@@ -268,6 +263,5 @@ def load(path, template, strict: bool = True):
                               f"unexpected entries {extra[:5]}")
     with contextlib.ExitStack() as stack:
         read = _Reader(path, stack)
-        leaves = [_assemble(name, entries[name], leaf, read, path / entries[name]["shards"][0]["file"])
-                  for name, leaf in named]
+        leaves = [_assemble(name, entries[name], leaf, read) for name, leaf in named]
     return jax.tree.unflatten(jax.tree.structure(template), leaves), manifest["meta"]

@@ -9,9 +9,8 @@ from frost.train.configs import JOBS, ImageConfig, LMConfig, SampleConfig
 
 
 def add_commands(sub) -> None:
-    p = sub.add_parser("train", help="train a model on real data",
-                       description="Train a ResNet on images or a GPT on text: progress bar, metrics.jsonl, "
-                                   "checkpoints and result.json in --out.")
+    p = sub.add_parser("train", help="train a model on real data", description="Train a ResNet on images or a GPT "
+                       "on text: progress bar, metrics.jsonl, checkpoints and result.json in --out.")
     p.add_argument("model", choices=tuple(JOBS))
     add_options(p, [ImageConfig, LMConfig], labels=["resnets", "gpt"])
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its latest checkpoint")

@@ -45,16 +45,14 @@ def prepare_corpus(cfg: LMConfig, run_dir: pathlib.Path, progress: bool = True):
         return text.load(tok_path)
     corpus = read_corpus(cfg.data)[:cfg.limit]
     cut = corpus.rfind("\n", 0, int(0.95 * len(corpus))) + 1 or int(0.95 * len(corpus))
-    need = cfg.batch_size * cfg.seq_len + 1  # tokens for one batch; a token is at least one byte
-    if len(corpus[:cut].encode()) < need or len(corpus) - cut < 2:
+    if len(corpus[:cut].encode()) < cfg.batch_size * cfg.seq_len + 1 or len(corpus) - cut < 2:  # a token is >= 1 byte
         raise UsageError(f"--data {cfg.data}{' --limit %d' % cfg.limit if cfg.limit else ''}: {len(corpus):,} "
                          f"characters is too little text for one batch of {cfg.batch_size} x {cfg.seq_len} tokens "
                          "plus a validation part")
     start = time.perf_counter()
     tok = text.train(corpus[:cut], cfg.vocab_size, progress=progress)
-    dtype = text.token_dtype(tok.vocab_size)
     for name, part in (("train.bin", corpus[:cut]), ("val.bin", corpus[cut:])):
-        atomic.write(run_dir / name, np.asarray(tok.encode(part), dtype).tobytes())
+        atomic.write(run_dir / name, np.asarray(tok.encode(part), text.token_dtype(tok.vocab_size)).tobytes())
     text.save(tok, tok_path)
     if progress:
         print(f"tokenizer: {tok.vocab_size} tokens, trained and applied in {time.perf_counter() - start:.1f} s",
@@ -71,7 +69,7 @@ class LMJob(Job):
 
     def data(self, cfg, run_dir, progress) -> Data:
         tok = prepare_corpus(cfg, run_dir, progress)
-        dtype = text.token_dtype(tok.vocab_size).__name__
+        dtype = text.token_dtype(tok.vocab_size)
         train, val = (data.TokenWindows(run_dir / f"{part}.bin", cfg.seq_len, dtype) for part in ("train", "val"))
         if len(val) == 0:
             raise UsageError(f"--data {cfg.data}: the validation part is shorter than one window of "

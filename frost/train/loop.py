@@ -69,24 +69,20 @@ def train_step(optimizer, loss_fn=classification_loss, prepare=lambda batch: bat
         raise ValueError(f"hessian={hessian!r}: choose one of {', '.join(HESSIAN)}")
     policy = mixed.policy(precision)
 
-    def objective(model, batch, key):  # the loss in the policy's compute dtype, returned in float32
+    def objective(model, batch, key, scale=1.0):  # the loss (times `scale`) in the compute dtype, returned in float32
         loss, (stats_model, metrics) = loss_fn(policy.cast_to_compute(model), policy.cast_to_compute(batch), key)
-        return policy.cast_to_output(loss), (policy.cast_to_param(stats_model), metrics)
+        return policy.cast_to_output(loss) * scale, (policy.cast_to_param(stats_model), metrics)
 
     def step(model, opt_state, batch, key):
         batch = prepare(batch)
         scaled = find_states(opt_state, mixed.ScaledState)
         if precision == "fp16" and not scaled:
             raise ValueError("precision='fp16' needs the optimizer wrapped in frost.nn.precision.dynamic_scaling")
-        scale = scaled[0].scale.scale if scaled else jnp.float32(1)
-        def scaled_loss(model):  # times the fp16 loss scale (1 otherwise), for the gradient
-            loss, aux = objective(model, batch, key)
-            return loss * scale, aux
-        (loss, (stats_model, metrics)), grads = jax.value_and_grad(scaled_loss, has_aux=True)(model)
+        scale = scaled[0].scale.scale if scaled else jnp.float32(1)  # fp16: the gradient is of loss * scale
+        (loss, (stats_model, metrics)), grads = jax.value_and_grad(objective, has_aux=True)(model, batch, key, scale)
         loss = loss / scale
-        new_opt_state = opt_state
-        if hessian is not None:
-            new_opt_state = update_hessian(opt_state, lambda: HESSIAN[hessian](objective, model, batch, key))
+        new_opt_state = (opt_state if hessian is None else  # Sophia: refresh the Hessian estimate first
+                         update_hessian(opt_state, lambda: HESSIAN[hessian](objective, model, batch, key)))
         updates, new_opt_state = optimizer.update(grads, new_opt_state, model)
         new_model = nn.update_buffers(apply_updates(model, updates), stats_model)
         finite = jnp.isfinite(loss) & all_finite(new_model) & all_finite(new_opt_state)
@@ -145,7 +141,7 @@ def distribute(state: TrainState, mesh: str | None, strategy: str, batch_size: i
         return state, None, lambda batch: batch
     tree, sh, batch_sh = parallel.distribute({"model": state.model, "opt_state": state.opt_state}, mesh,
                                              strategy, batch_size)
-    state = dataclasses.replace(state, model=tree["model"], opt_state=tree["opt_state"])
+    state = dataclasses.replace(state, **tree)
     return state, (sh["model"], sh["opt_state"], batch_sh), lambda batch: parallel.global_batch(batch, batch_sh)
 
 
@@ -167,25 +163,24 @@ def save(run_dir, state: TrainState, keep: int = 3, **meta) -> pathlib.Path:
 class _Policy:
     """The non-finite policy, applied to each step's `finite` flag in stream order."""
 
-    def __init__(self, mode: str, max_skips: int, run_dir: pathlib.Path, bar):
+    def __init__(self, mode: str, max_skips: int, run_dir: pathlib.Path):
         if mode not in ("stop", "skip"):
             raise ValueError(f"on_nonfinite={mode!r}: choose 'stop' or 'skip'")
-        self.mode, self.max_skips, self.run_dir, self.bar, self.in_a_row = mode, max_skips, run_dir, bar, 0
+        self.mode, self.max_skips, self.run_dir, self.in_a_row = mode, max_skips, run_dir, 0
 
     def __call__(self, pending, state: TrainState) -> TrainState:
-        """`pending = (step number, metrics)` of a dispatched step; returns `state` with its skip count."""
-        if pending is None or bool(pending[1]["finite"]):
+        """`pending`: the metrics of step `state.step`, dispatched; returns `state` with its skip count."""
+        if pending is None or bool(pending["finite"]):
             self.in_a_row = 0
             return state
         self.in_a_row += 1
         if self.mode == "skip" and self.in_a_row < self.max_skips:
             return dataclasses.replace(state, skipped=state.skipped + 1)
-        self.bar.close()
         last = checkpoint.latest(self.run_dir / "checkpoints")
         why = (f"{self.in_a_row} steps in a row were non-finite and skipped (--max-skips {self.max_skips})"
                if self.mode == "skip" else "training stopped before applying it")
-        raise NonFiniteError(f"step {pending[0]}: non-finite loss, gradients or update (loss="
-                             f"{float(pending[1]['loss'])}); {why}. The last checkpoint, {last or 'none yet'}, "
+        raise NonFiniteError(f"step {state.step}: non-finite loss, gradients or update (loss="
+                             f"{float(pending['loss'])}); {why}. The last checkpoint, {last or 'none yet'}, "
                              "holds finite parameters and optimizer state. Lower --lr, or try --on-nonfinite skip")
 
 
@@ -208,33 +203,32 @@ def fit(state: TrainState, train_step, loader, *, epochs: int, run_dir, eval_fn=
     run_dir.mkdir(parents=True, exist_ok=True)
     with metrics_log.Log(run_dir, state.step, tensorboard) as log:
         while loader.epoch < epochs and (max_steps is None or state.step < max_steps):
-            epoch, start_batch = loader.epoch, loader.batch
-            bar = tqdm(total=len(loader), initial=start_batch, desc=f"epoch {epoch + 1}/{epochs}",
-                       disable=not progress, dynamic_ncols=True, leave=True)
-            policy = _Policy(on_nonfinite, max_skips, run_dir, bar)
+            epoch, policy = loader.epoch, _Policy(on_nonfinite, max_skips, run_dir)
             seen, t0, pending = 0, time.perf_counter(), None
-            for batch in loader:
-                model, opt_state, metrics = train_step(state.model, state.opt_state, place(batch),
-                                                       _fold_in(state.key, state.step))
-                state = policy(pending, state)  # the previous step's flag, while this one runs
-                pending = (state.step + 1, metrics)
-                state = dataclasses.replace(state, model=model, opt_state=opt_state, step=state.step + 1,
-                                            loader_state=loader.state())
-                seen += count(batch)
-                bar.update(1)
-                if state.step % log_every == 0 and bool(metrics["finite"]):  # waits for this step anyway
-                    state, pending = policy(pending, state), None
-                    rate = seen / (time.perf_counter() - t0)
-                    record = {"step": state.step, "epoch": epoch, "loss": float(metrics["loss"]), f"{unit}_per_s": rate,
-                              **{k: float(v) for k, v in metrics.items() if k not in ("loss", "finite")}}
-                    if state.skipped:
-                        record["skipped"] = state.skipped
-                    log.write(record)
-                    bar.set_postfix(loss=f"{record['loss']:.4f}", per_s=f"{rate:.0f}")
-                if max_steps is not None and state.step >= max_steps:
-                    break
-            state = policy(pending, state)
-            bar.close()
+            with tqdm(total=len(loader), initial=loader.batch, desc=f"epoch {epoch + 1}/{epochs}",
+                      disable=not progress, dynamic_ncols=True, leave=True) as bar:  # closed before an error shows
+                for batch in loader:
+                    model, opt_state, metrics = train_step(state.model, state.opt_state, place(batch),
+                                                           _fold_in(state.key, state.step))
+                    state = policy(pending, state)  # the previous step's flag, while this one runs
+                    pending = metrics
+                    state = dataclasses.replace(state, model=model, opt_state=opt_state, step=state.step + 1,
+                                                loader_state=loader.state())
+                    seen += count(batch)
+                    bar.update(1)
+                    if state.step % log_every == 0 and bool(metrics["finite"]):  # waits for this step anyway
+                        state, pending = policy(pending, state), None
+                        rate = seen / (time.perf_counter() - t0)
+                        record = {"step": state.step, "epoch": epoch, "loss": float(metrics["loss"]),
+                                  f"{unit}_per_s": rate,
+                                  **{k: float(v) for k, v in metrics.items() if k not in ("loss", "finite")}}
+                        if state.skipped:
+                            record["skipped"] = state.skipped
+                        log.write(record)
+                        bar.set_postfix(loss=f"{record['loss']:.4f}", per_s=f"{rate:.0f}")
+                    if max_steps is not None and state.step >= max_steps:
+                        break
+                state = policy(pending, state)
             if loader.epoch > epoch and eval_fn is not None:
                 result = eval_fn(state.model)
                 state = dataclasses.replace(state, last_eval=result)

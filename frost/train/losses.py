@@ -19,8 +19,7 @@ def classification_loss(model, batch, key):
     """Softmax cross-entropy in training mode: `(loss, (model with new BatchNorm statistics, metrics))`."""
     x, labels = batch
     logits, stats_model = nn.apply(model, x, train=True, key=key)
-    accuracy = jnp.mean(jnp.argmax(logits, -1) == labels)
-    return cross_entropy(logits, labels), (stats_model, {"accuracy": accuracy})
+    return cross_entropy(logits, labels), (stats_model, {"accuracy": jnp.mean(jnp.argmax(logits, -1) == labels)})
 
 
 def eval_sums(model, batch):

@@ -5,6 +5,7 @@ A crash can cut the last line short, and a run resumed from an earlier checkpoin
 steps after it; `read` skips a cut last line (only the last: damage elsewhere is an error), and
 `rewind` drops the records past the step a run resumes from, so no step is logged twice.
 """
+import contextlib
 import json
 import pathlib
 
@@ -39,29 +40,22 @@ def rewind(path, step: int) -> None:
         atomic.write(path, "".join(json.dumps(r) + "\n" for r in kept))
 
 
-class Log:
+class Log(contextlib.ExitStack):
     """Appends records to `run_dir/metrics.jsonl`, rewound to `step` first; with `tensorboard`,
-    writes each record's numbers as TensorBoard scalars at its step too (tensorboardX)."""
+    writes each record's numbers as TensorBoard scalars at its step too (tensorboardX). As a
+    context manager (an ExitStack), it closes both files on exit."""
 
     def __init__(self, run_dir, step: int, tensorboard: bool = False):
+        super().__init__()
         run_dir = pathlib.Path(run_dir)
         rewind(run_dir / "metrics.jsonl", step)
-        self.file, self.board = open(run_dir / "metrics.jsonl", "a"), None
+        self.file, self.board = self.enter_context(open(run_dir / "metrics.jsonl", "a")), None
         if tensorboard:
             from tensorboardX import SummaryWriter
-            self.board = SummaryWriter(str(run_dir / "tensorboard"))
+            self.board = self.enter_context(SummaryWriter(str(run_dir / "tensorboard")))
 
     def write(self, record: dict) -> None:
-        self.file.write(json.dumps(record) + "\n")
-        self.file.flush()
+        print(json.dumps(record), file=self.file, flush=True)
         for name, value in record.items() if self.board else ():
             if name not in ("step", "epoch") and isinstance(value, (int, float)):
                 self.board.add_scalar(name, value, record["step"])
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.file.close()
-        if self.board:
-            self.board.close()

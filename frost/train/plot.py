@@ -10,13 +10,12 @@ def plot(run_dir, out=None) -> pathlib.Path:
     needs("matplotlib", "frost plot", "'frost[plot]'")
     from matplotlib.figure import Figure
     records = read(pathlib.Path(run_dir) / "metrics.jsonl")
-    train = [r for r in records if "loss" in r]
     fig = Figure(figsize=(10, 4))
     ax_loss, ax_acc = fig.subplots(1, 2)
-    ax_loss.plot([r["step"] for r in train], [r["loss"] for r in train], label="train")
-    # the other curves where logged: test_ and validation_ keys are what fit(eval_name=...) logged after each epoch
-    for ax, key, label in ((ax_loss, "test_loss", "test"), (ax_loss, "validation_loss", "validation"),
-                           (ax_acc, "accuracy", "train"), (ax_acc, "test_accuracy", "test")):
+    # each curve where logged: test_ and validation_ keys are what fit(eval_name=...) logged after each epoch
+    for ax, key, label in ((ax_loss, "loss", "train"), (ax_loss, "test_loss", "test"),
+                           (ax_loss, "validation_loss", "validation"), (ax_acc, "accuracy", "train"),
+                           (ax_acc, "test_accuracy", "test")):
         rows = [r for r in records if key in r]
         if rows:
             ax.plot([r["step"] for r in rows], [r[key] for r in rows], "-" if label == "train" else "o-", label=label)
