@@ -137,7 +137,8 @@ def test_process_killed_mid_save_leaves_previous_checkpoint(tmp_path):
 # --- sharded: 8 devices in one process, and 2 processes of 4 devices ---
 
 def env(devices: int):
-    return {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
+    flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={devices}"  # conftest's too
+    return {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": flags.strip()}
 
 
 def last_json(text: str) -> dict:

@@ -337,7 +337,8 @@ def test_anakin_shards_seeds_over_devices():
         np.testing.assert_allclose(r["x"], np.stack(alone), rtol=1e-6)
         print(len(r["x"].sharding.device_set), r["x"].sharding.spec, r["n"].tolist())
     """
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
+    env = dict(os.environ, XLA_FLAGS=f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=2",
+               JAX_PLATFORMS="cpu")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["2", "P('data',)", "[6,", "6,", "6,", "6]"]
