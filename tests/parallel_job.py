@@ -5,11 +5,13 @@
 
 Prints one JSON line with the losses (and byte counts) for the test to compare.
 """
+import functools
 import json
 import os
 import sys
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from frost import data, optim, parallel
@@ -20,11 +22,30 @@ from frost.train.losses import classification_loss, cross_entropy
 STEPS = 3
 
 
+@functools.cache
+def _built(build):
+    return jax.tree.map(np.asarray, jax.jit(build)(jax.random.key(0)))
+
+
+def init(build):
+    """A fresh copy of the model `build(key)` makes: built once per process (one compile), copied
+    for each run (the step donates its inputs), so every strategy trains the same model."""
+    return jax.tree.map(jnp.array, _built(build))
+
+
+def resnet8(key):  # resnet20's layout (CIFAR stem, 16/32/64 channels, option-A shortcuts), one block a stage
+    return resnet.ResNet(resnet.BasicBlock, (1, 1, 1), (16, 32, 64), 10, 3, False, "A", key=key)
+
+
+def small_gpt(key):
+    return gpt.GPT(64, 32, 2, 4, 16, rotary=True, key=key)
+
+
 def resnet_setup():
     rng = np.random.default_rng(0)
     x = rng.standard_normal((64, 8, 8, 3)).astype(np.float32)
     y = rng.integers(0, 10, 64).astype(np.int32)
-    model = jax.jit(lambda k: resnet.resnet20(10, 3, key=k))(jax.random.key(0))
+    model = init(resnet8)
     return model, optim.sgd(0.05, momentum=0.9, nesterov=True, weight_decay=5e-4), (x, y), classification_loss
 
 
@@ -37,7 +58,7 @@ def gpt_loss(model, batch, key):
 def gpt_setup():
     rng = np.random.default_rng(1)
     tokens = rng.integers(0, 64, (64, 17)).astype(np.int32)
-    model = jax.jit(lambda k: gpt.GPT(64, 32, 2, 4, 16, rotary=True, key=k))(jax.random.key(0))
+    model = init(small_gpt)
     return model, optim.adamw(1e-2), (tokens[:, :-1], tokens[:, 1:]), gpt_loss
 
 

@@ -1,35 +1,63 @@
 """Sharding strategies on 8 forced CPU devices, and two real processes on localhost.
 
 Each case runs tests/parallel_job.py in subprocesses: the device count and the multi-process
-runtime are fixed when JAX starts, and this pytest process has started JAX already."""
+runtime are fixed when JAX starts, and this pytest process has started JAX already. The three
+subprocesses (8 devices; two processes of one device) start together, so their compiles share
+the cores, and the single-device losses of the 8-device job are the two processes' reference."""
 import json
 import os
 import pathlib
 import socket
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
 
 JOB = str(pathlib.Path(__file__).with_name("parallel_job.py"))
-TIMEOUT = 240
+TIMEOUT = 300
 
 
 def env(devices: int):
-    return {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
+    flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={devices}"  # conftest's too
+    return {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": flags.strip()}
 
 
 def last_json(text: str) -> dict:
     return json.loads(text.strip().splitlines()[-1])
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 @pytest.fixture(scope="module")
-def strategies():
-    proc = subprocess.run([sys.executable, JOB, "strategies"], env=env(8), capture_output=True, text=True,
-                          timeout=TIMEOUT)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return last_json(proc.stdout)
+def jobs():
+    """{name: (return code, stdout, stderr)} of the 8-device job and of the two processes."""
+    port = free_port()
+    argvs = {"strategies": (["strategies"], 8), **{f"process {i}": (["process", str(i), "2", str(port)], 1)
+                                                   for i in range(2)}}
+    procs = {name: subprocess.Popen([sys.executable, JOB, *argv], env=env(devices), stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True) for name, (argv, devices) in argvs.items()}
+    deadline = time.monotonic() + TIMEOUT  # for all three
+    try:
+        outputs = {name: p.communicate(timeout=max(deadline - time.monotonic(), 1)) for name, p in procs.items()}
+    finally:
+        for p in procs.values():  # end them all, on success or failure
+            if p.poll() is None:
+                p.kill()
+                p.wait(10)
+    return {name: (procs[name].returncode, *outputs[name]) for name in procs}
+
+
+@pytest.fixture(scope="module")
+def strategies(jobs):
+    code, out, err = jobs["strategies"]
+    assert code == 0, err[-3000:]
+    return last_json(out)
 
 
 @pytest.mark.parametrize("model, variants", [("resnet", ("dp", "fsdp")), ("gpt", ("fsdp", "tp"))])
@@ -53,28 +81,10 @@ def test_wrong_mesh_names_axis_and_sizes(strategies):
     assert "data=3 x model=1 = 3 devices, but 8 are visible" in strategies["mesh_error"]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def test_two_processes_on_localhost_match_one():
-    single = subprocess.run([sys.executable, JOB, "process", "0", "1", "0"], env=env(1), capture_output=True,
-                            text=True, timeout=TIMEOUT)
-    assert single.returncode == 0, single.stderr[-3000:]
-    port = free_port()
-    procs = [subprocess.Popen([sys.executable, JOB, "process", str(i), "2", str(port)], env=env(1),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
-    try:
-        outputs = [p.communicate(timeout=TIMEOUT) for p in procs]
-    finally:
-        for p in procs:  # end both, on success or failure
-            if p.poll() is None:
-                p.kill()
-                p.wait(10)
-    for p, (out, err) in zip(procs, outputs):
-        assert p.returncode == 0, err[-3000:]
+def test_two_processes_on_localhost_match_one(jobs, strategies):
+    for name in ("process 0", "process 1"):
+        code, out, err = jobs[name]
+        assert code == 0, err[-3000:]
         result = last_json(out)
         assert result["process_count"] == 2
-        np.testing.assert_allclose(result["losses"], last_json(single.stdout)["losses"], rtol=2e-5)
+        np.testing.assert_allclose(result["losses"], strategies["resnet_1"]["losses"], rtol=2e-5)
