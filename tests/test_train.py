@@ -1,4 +1,5 @@
 """Training loop and the `frost train` / `frost plot` commands (checkpoints: tests/test_checkpoint.py)."""
+import functools
 import json
 import subprocess
 import sys
@@ -26,14 +27,20 @@ def tiny_data(n=48, seed=0):
 
 # --- the loop ---
 
+@functools.cache
+def sgd_and_step():
+    """The optimizer of `run` and its jitted step, shared by every run: one compile, not one a run."""
+    opt = optim.sgd(optim.one_cycle(12, 0.05), momentum=0.9, nesterov=True, weight_decay=5e-4)
+    return opt, loop.make_train_step(opt)
+
+
 def run(tmp_path, name, epochs, max_steps=None, resume=False, images=None, seed=0):
     x, y = tiny_data() if images is None else images
     model = tiny_model(jax.random.key(seed))
-    opt = optim.sgd(optim.one_cycle(12, 0.05), momentum=0.9, nesterov=True, weight_decay=5e-4)
+    opt, step = sgd_and_step()
     state = loop.TrainState(model, opt.init(model), jax.random.key(1))
     if resume:
         state = loop.restore(tmp_path / name, state)
-    step = loop.make_train_step(opt)
     with data.Loader(data.Arrays(x, y), 8, seed=seed, drop_last=True, state=state.loader_state) as loader:
         state = loop.fit(state, step, loader, epochs=epochs, run_dir=tmp_path / name, log_every=1,
                          progress=False, max_steps=max_steps)
@@ -188,7 +195,7 @@ def test_frost_train_and_plot_on_fashion_mnist(tmp_path, capsys):
 def test_frost_train_gpt_with_sophia_and_sample_on_kjv(tmp_path, capsys):
     out = tmp_path / "gpt"
     assert cli(["train", "gpt", "--limit", "60000", "--max-steps", "3", "--batch-size", "8", "--optimizer", "sophia",
-                "--lr", "1e-3", "--out", str(out)]) == 0
+                "--lr", "1e-3", "--dim", "32", "--depth", "1", "--heads", "2", "--out", str(out)]) == 0
     text = capsys.readouterr().out
     assert "validation loss" in text and "In the beginning" in text
     assert (out / "tokenizer.json").exists() and (out / "train.bin").stat().st_size > 0
