@@ -31,16 +31,16 @@ import numpy as np
 
 from frost.data.loader import WorkerError, _Layout, _Processes
 
-FIELDS = ("obs", "action", "logp", "reward", "done", "ret")
+# A rollout's fields: obs (T + 1, B, *obs_shape) float32, then these (T, B) arrays and their dtypes.
+DTYPES = {"action": np.int32, "logp": np.float32, "reward": np.float32, "done": bool, "ret": np.float32}
+FIELDS = ("obs", *DTYPES)
 
 
 def rollout_arrays(obs, steps: int, envs: int) -> dict:
     """Empty arrays of a rollout of `envs` envs whose observations look like `obs`; `ret` holds
     an episode's return at the step it ended."""
-    shape = (steps, envs)
-    return {"obs": np.zeros((steps + 1, envs, *np.shape(obs)), np.float32), "action": np.zeros(shape, np.int32),
-            "logp": np.zeros(shape, np.float32), "reward": np.zeros(shape, np.float32),
-            "done": np.zeros(shape, bool), "ret": np.zeros(shape, np.float32)}
+    return {"obs": np.zeros((steps + 1, envs, *np.shape(obs)), np.float32),
+            **{k: np.zeros((steps, envs), dtype) for k, dtype in DTYPES.items()}}
 
 
 def _act(recv, send, slots, blob):
@@ -63,11 +63,11 @@ def _act(recv, send, slots, blob):
                 mine = slice(w * b, (w + 1) * b)
                 # Deterministic: the policy sees all num_envs rows (its own filled), so that each row's
                 # numbers are the same for any actor count (XLA's CPU dot rounds by batch size).
-                ids = np.arange(num_envs) if deterministic else np.arange(num_envs)[mine]
+                # own: this actor's rows of the policy's batch; ids: the envs of the batch's rows.
+                own, ids = (mine, np.arange(num_envs)) if deterministic else (slice(None), np.arange(num_envs)[mine])
                 envs = [make_env() for _ in range(b)]
                 obs = np.stack([env.reset(seed=seed + i)[0] for i, env in enumerate(envs, w * b)]).astype(np.float32)
                 rows = np.zeros((len(ids), *obs.shape[1:]), np.float32)
-                own = mine if deterministic else slice(None)
                 running = np.zeros(b, np.float32)
             out = dict(zip(FIELDS, (x[0] for x in slots[slot])))
             for t in range(steps):
@@ -90,14 +90,13 @@ def _act(recv, send, slots, blob):
 
 class Actors:
     """`actors` processes stepping `num_envs` host envs `make_env()` (a picklable callable) in all,
-    acting with `act(policy_net, obs (b, ...), keys (b,)) -> (action, logp)` (frost.rl.ppo.act)."""
+    acting with frost.rl.ppo.act(policy_net, obs (b, ...), keys (b,)) -> (action, logp)."""
 
     def __init__(self, make_env, num_envs: int, steps: int, actors: int = 2, seed: int = 0,
-                 deterministic: bool = True, act=None, depth: int = 2):
+                 deterministic: bool = True, depth: int = 2):
         if actors < 1 or num_envs % actors:
             raise ValueError(f"num_envs {num_envs} must be a positive multiple of actors {actors}")
-        if act is None:
-            from frost.rl.ppo import act
+        from frost.rl.ppo import act  # pickled (by name) for the actors
         probe = make_env()
         obs = np.asarray(probe.reset(seed=seed)[0])
         self.observation_shape, self.num_actions = obs.shape, int(probe.action_space.n)
@@ -131,9 +130,7 @@ class Actors:
     def _picked(self):
         if not self.deterministic:
             return list(self.arrived)[:self.actors] if len(self.arrived) >= self.actors else None
-        first = {}
-        for a in self.arrived:  # each actor's oldest ready rollout
-            first.setdefault(a[0], a)
+        first = {a[0]: a for a in reversed(self.arrived)}  # each actor's oldest ready rollout (written last)
         return [first[w] for w in range(self.actors)] if len(first) == self.actors else None
 
     def collect(self):

@@ -16,7 +16,6 @@ import math
 import jax
 import jax.numpy as jnp
 from jax import lax
-from jax.sharding import NamedSharding, PartitionSpec as P
 
 from frost import nn, parallel
 
@@ -91,7 +90,7 @@ def run(init, iteration, seeds, iterations: int, on_chunk=None, chunk: int | Non
     after each call, with metrics (seeds, chunk, ...) and `done` iterations so far."""
     chunk = chunk or chunk_size(iterations)
     devices = jax.devices()[:math.gcd(len(seeds), jax.device_count())]
-    seeded = NamedSharding(parallel.make_mesh(data=len(devices), devices=devices), P("data"))
+    seeded = parallel.batch_sharding(parallel.make_mesh(devices=devices))  # the seed axis split over them
     keys = jax.device_put(jax.vmap(jax.random.key)(jnp.asarray(seeds, jnp.uint32)), seeded)
     runner = jit(jax.vmap(init), out_shardings=seeded)(keys)
     step = jit(jax.vmap(lambda r: lax.scan(iteration, r, None, chunk)), in_shardings=seeded, out_shardings=seeded,

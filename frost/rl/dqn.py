@@ -57,9 +57,8 @@ def loss(model, target, batch, cfg: Config):
     return mse, {"loss": mse, "q": q_taken.mean()}
 
 
-def epsilon(step, cfg: Config):
-    frac = jnp.clip(step / (cfg.eps_fraction * cfg.total_steps), 0.0, 1.0)
-    return cfg.eps_start + frac * (cfg.eps_end - cfg.eps_start)
+def epsilon(step, cfg: Config):  # linear from eps_start to eps_end over eps_fraction of the steps, then flat
+    return optim.linear(cfg.eps_start, cfg.eps_end, cfg.eps_fraction * cfg.total_steps)(step)
 
 
 class Runner(NamedTuple):
@@ -102,11 +101,11 @@ def anakin(env, cfg: Config):
         picks = jax.random.randint(k_batch, (cfg.batch_size,), 0, jnp.minimum(steps, cap))
         grads, metrics = jax.grad(loss, has_aux=True)(r.model, r.target, {k: v[picks] for k, v in buffer.items()}, cfg)
         updates, opt_state = opt.update(grads, r.opt_state, r.model)
+        # where(c, a, b): tree a where c holds, else tree b (leaf by leaf)
+        where = lambda c, a, b: jax.tree.map(lambda x, y: jnp.where(c, x, y), a, b)  # noqa: E731
         learn = steps >= cfg.learning_starts
-        keep = lambda a, b: jax.tree.map(lambda x, y: jnp.where(learn, x, y), a, b)  # noqa: E731
-        model, opt_state = keep(optim.apply_updates(r.model, updates), r.model), keep(opt_state, r.opt_state)
-        copy = steps % cfg.target_every < B
-        target = jax.tree.map(lambda m, t: jnp.where(copy, m, t), model, r.target)
+        model, opt_state = where(learn, (optim.apply_updates(r.model, updates), opt_state), (r.model, r.opt_state))
+        target = where(steps % cfg.target_every < B, model, r.target)  # a copy every target_every env steps
         running, last, episodes = episode_metrics(reward[None], done[None], r.running, r.last_return)
         r = Runner(model, target, opt_state, buffer, obs, state, running, last, key, r.t + 1)
         return r, dict(metrics, **{"return": last, "episodes": episodes, "epsilon": epsilon(r.t * B, cfg)})

@@ -57,8 +57,7 @@ class CartPole(Env):
     x_threshold, theta_threshold, max_steps = 2.4, 12 * 2 * math.pi / 360, 500
 
     def init(self, key):
-        x = jax.random.uniform(key, (4,), f32, -0.05, 0.05)
-        return CartPoleState(x[0], x[1], x[2], x[3], i32(0))
+        return CartPoleState(*jax.random.uniform(key, (4,), f32, -0.05, 0.05), i32(0))  # x, x_dot, theta, theta_dot
 
     def transition(self, s, action):
         total, pole_ml = self.masspole + self.masscart, self.masspole * self.length

@@ -170,7 +170,7 @@ def _learner(cfg: Config):
     return jit(functools.partial(update, cfg=cfg, opt=optimizer(cfg)))
 
 
-def sebulba(make_env, cfg: Config, seed: int = 0, actors: int = 2, deterministic: bool = True, on_update=None):
+def sebulba(make_env, cfg: Config, seed: int = 0, actors: int = 2, deterministic: bool = True, *, on_update):
     """Train on host environments `make_env()` stepped by `actors` processes, `cfg.num_envs` in all.
 
     With `deterministic`, update u trains on rollout u of every actor (in actor order) and
@@ -195,8 +195,7 @@ def sebulba(make_env, cfg: Config, seed: int = 0, actors: int = 2, deterministic
             model, opt_state, metrics = step(model, opt_state, rollout, jax.random.fold_in(key, u))
             if u + pool.depth < cfg.updates:
                 pool.submit(model.actor, u + 1)
-            if on_update is not None:
-                lag = u - versions
-                on_update(u, dict(metrics, **{"return": last, "episodes": episodes, "lag_mean": float(lag.mean()),
-                                              "lag_max": int(lag.max())}))
+            lag = u - versions
+            on_update(u, dict(metrics, **{"return": last, "episodes": episodes, "lag_mean": float(lag.mean()),
+                                          "lag_max": int(lag.max())}))
     return model

@@ -24,6 +24,8 @@ from frost.rl import actors, anakin, dqn, envs, ppo
 from frost.train import checkpoint
 from frost.train.job import enable_compilation_cache
 
+ALGOS = {"ppo": ppo, "dqn": dqn}  # each with its Config, anakin(env, cfg) and greedy(model)
+
 
 def presets(algo: str, env: str, steps: int | None = None):
     """The hyper-parameters of `algo` on `env` (CleanRL's for PPO on CartPole), `steps` per seed."""
@@ -67,16 +69,14 @@ def train(cfg) -> int:
         raise UsageError(f"--actors {cfg.actors}: must divide the {hp.num_envs} environments")
     out.mkdir(parents=True, exist_ok=True)
     per_update = hp.num_envs * hp.num_steps
-    rec = Recorder(out, hp.updates * per_update * len(seeds), f"{cfg.algo} {cfg.env}")
-    t0 = time.perf_counter()
+    rec = Recorder(out, hp.updates * per_update * len(seeds), f"{cfg.algo} {cfg.env}")  # its clock starts now
     if cfg.mode == "anakin":
-        env, algo = envs.make(cfg.env), _algo(cfg.algo)
-        init, iteration = algo.anakin(env, hp)
+        init, iteration = ALGOS[cfg.algo].anakin(envs.make(cfg.env), hp)
 
         def on_chunk(runner, metrics, done):  # metrics (seeds, chunk): report the chunk's last
             rec.report(seeds, done * per_update, {k: np.asarray(v[:, -1]) for k, v in metrics.items()})
         runner = anakin.run(init, iteration, seeds, hp.updates, on_chunk)
-        models, seconds = runner.model, [time.perf_counter() - t0] * len(seeds)
+        models, seconds = runner.model, [time.perf_counter() - rec.t0] * len(seeds)
     else:
         trained, seconds = [], []
         for seed in seeds:
@@ -101,10 +101,6 @@ def train(cfg) -> int:
     return 0
 
 
-def _algo(name):
-    return {"ppo": ppo, "dqn": dqn}[name]
-
-
 def _make_env(name: str):
     import gymnasium
     return functools.partial(gymnasium.make, name[4:])
@@ -124,7 +120,7 @@ def _network(algo: str, env: str, hidden: int):
 def evaluate(algo: str, env: str, models, seeds):
     """Mean greedy return over 100 episodes of each seed's policy in `models` (stacked by seed)."""
     if env.startswith("gym:"):  # host envs: (model, obs (N, ...)) -> actions, one model of `models` at a time
-        policy = anakin.jit(lambda model, obs: _algo(algo).greedy(model)(obs))
+        policy = anakin.jit(lambda model, obs: ALGOS[algo].greedy(model)(obs))
         return [actors.evaluate(_make_env(env), functools.partial(policy, jax.tree.map(lambda x: x[i], models)), seed=s)
                 for i, s in enumerate(seeds)]
     keys = jax.vmap(lambda s: jax.random.fold_in(jax.random.key(s), 1 << 20))(np.asarray(seeds, np.uint32))
@@ -134,7 +130,7 @@ def evaluate(algo: str, env: str, models, seeds):
 @functools.lru_cache
 def _evaluator(algo: str, env: str):
     """(models, keys) -> the mean greedy return on jnp env `env` of each seed's model (compiled once)."""
-    e, greedy = envs.make(env), _algo(algo).greedy
+    e, greedy = envs.make(env), ALGOS[algo].greedy
     return anakin.jit(jax.vmap(lambda m, k: anakin.evaluate(e, greedy(m), k)))
 
 
