@@ -35,7 +35,6 @@ from frost import optim
 from frost.audit.protocol import ALIASES, MUON_ADAM_LR
 from frost.optim.registry import OPTIMIZERS, build, resolve
 from frost.train.loop import train_step
-from frost.train.losses import classification_loss
 
 CHUNK, PLACEHOLDER = 10, 0.5  # steps per compiled call; a non-zero build value for hyper-parameters set later
 _programs, _evals, _keys = {}, {}, {}
@@ -65,12 +64,11 @@ def free_memory() -> int:
 def _make(workload, data, name, built, axes, peak=1.0, total=1):
     """The optimizer around the schedule `peak * unit_lr(step, total)`; held values are placeholders."""
     lr = lambda count: peak * unit_lr(count, total)  # noqa: E731
-    extra = {}
-    if ALIASES.get(name, name) in OPTIMIZERS:  # Frost's own: weight decay on matrices only; Muon's partition
-        extra = {"mask": optim.decay_mask}
-        if name == "muon":
-            extra.update(labels=workload.muon_labels(data.classes), adam_weight_decay=PLACEHOLDER,
-                         adam_learning_rate=lambda count: MUON_ADAM_LR * lr(count))
+    # Frost's own optimizers: weight decay on matrices only; Muon's partition
+    extra = {"mask": optim.decay_mask} if ALIASES.get(name, name) in OPTIMIZERS else {}
+    if name == "muon":
+        extra.update(labels=workload.muon_labels(data.classes), adam_weight_decay=PLACEHOLDER,
+                     adam_learning_rate=lambda count: MUON_ADAM_LR * lr(count))
     held = {a: PLACEHOLDER for a in axes if a not in built and a != "learning_rate"}
     return build(ALIASES.get(name, name), lr, **held, **built, **extra)
 
@@ -118,9 +116,8 @@ def _program(workload, data, name, built, axes, threshold):
             models, states, peaks, keys, bad = c
             axes_in = jax.tree.map(lambda x: None if jnp.issubdtype(x.dtype, jnp.integer) else 0, states)
 
-            def one(model, state, peak, key):
-                step = train_step(_make(workload, data, name, built, axes, peak, total), classification_loss,
-                                  hessian=hessian)
+            def one(model, state, peak, key):  # train_step's default loss: softmax cross-entropy
+                step = train_step(_make(workload, data, name, built, axes, peak, total), hessian=hessian)
                 batch_key, step_key = jax.random.split(jax.random.fold_in(key, t))
                 model, state, metrics = step(model, state, workload.draw(arrays, batch_key), step_key)
                 return model, state, metrics["loss"], metrics["finite"]

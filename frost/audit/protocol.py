@@ -130,5 +130,4 @@ def lr_range(runs, tolerance: float = TOLERANCE) -> float:
 
 def best_trial(runs):
     """The run with the lowest final loss among those that did not diverge (None if all did)."""
-    ok = [r for r in runs if not r["diverged"]]
-    return min(ok, key=lambda r: r["final_loss"]) if ok else None
+    return min((r for r in runs if not r["diverged"]), key=lambda r: r["final_loss"], default=None)

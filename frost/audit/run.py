@@ -57,9 +57,8 @@ class Audit:
     def trials(self, wl, name) -> list[dict]:
         return protocol.grid(name, resolve(protocol.ALIASES.get(name, name)).make, wl.lr, self.cfg.quick)
 
-    def load(self, wl, name, run):
-        path = self.out / "runs" / f"{run_id(wl.name, name, run)}.json"
-        return json.loads(path.read_text()) if path.exists() else None
+    def path(self, wl, name, run) -> pathlib.Path:
+        return self.out / "runs" / f"{run_id(wl.name, name, run)}.json"
 
     def train(self, wl, data, name, runs, cost) -> list[dict]:
         """The results of `runs` (one optimizer): from disk, or trained N at a time and saved."""
@@ -69,17 +68,17 @@ class Audit:
                 batch = group.runs[i:i + n]
                 pad = n - len(batch) if len(group.runs) > n else 0  # a full batch: one program per optimizer
                 work = sum(r.steps for r in batch) * cost
-                if any(self.load(wl, name, r) is None for r in batch):
+                if not all(self.path(wl, name, r).exists() for r in batch):
                     results = engine.run_group(wl, data, name, engine.Group(batch + batch[-1:] * pad, group.built))
                     (self.out / "runs").mkdir(parents=True, exist_ok=True)
                     for r, result in zip(batch, results):  # a run already on disk keeps its record
-                        path = self.out / "runs" / f"{run_id(wl.name, name, r)}.json"
+                        path = self.path(wl, name, r)
                         if not path.exists():
                             atomic.write(path, json.dumps({"workload": wl.name, "optimizer": name,
                                                            "hyperparams": r.hyperparams, "seed": r.seed, **result}))
                     self.trained += work
                 self.tick(len(batch), work)
-        return [self.load(wl, name, r) for r in runs]
+        return [json.loads(self.path(wl, name, r).read_text()) for r in runs]
 
     def tick(self, runs, work):
         """Advance the bar; the time left is the work left at the rate of the work trained so far."""
@@ -99,11 +98,9 @@ class Audit:
         tuning = {n: train(n, trials[n], [0]) for n in names}
         best = {n: protocol.best_trial(runs) for n, runs in tuning.items()}
         finals = {n: train(n, [b["hyperparams"]], seeds) for n, b in best.items() if b is not None}
-        curve = {}
-        if best["adamw"] is not None:
-            for f in self.budgets:
-                b = round(f * steps / engine.CHUNK) * engine.CHUNK
-                curve[b] = finals["adamw"] if b == steps else train("adamw", [best["adamw"]["hyperparams"]], seeds, b)
+        budgets = [round(f * steps / engine.CHUNK) * engine.CHUNK for f in self.budgets] if best["adamw"] else []
+        curve = {b: finals["adamw"] if b == steps else train("adamw", [best["adamw"]["hyperparams"]], seeds, b)
+                 for b in budgets}  # tuned AdamW at each budget
         baseline = train("adamw", [protocol.BASELINE[wl.kind]], seeds)
         return {"steps": steps, "trials": trials, "tuning": tuning, "best": best, "finals": finals,
                 "curve": curve, "baseline": baseline}
@@ -127,7 +124,6 @@ def _cost(wl, data) -> int:
 def audit(cfg, progress: bool = True) -> pathlib.Path:
     """Run (or resume) the audit `cfg` describes; returns the path of report.md."""
     a = Audit(cfg)
-    names = cfg.names
     kinds = ("gpt", "image") if cfg.workload == "all" else (cfg.workload,)
     fresh = not a.out.exists()
     try:
@@ -138,7 +134,7 @@ def audit(cfg, progress: bool = True) -> pathlib.Path:
         raise
     variants = [(wl, data[wl.kind]) for wl in workloads.WORKLOADS.values()
                 if wl.kind in kinds and not (cfg.quick and not wl.name.endswith("-s"))]
-    total, a.work = a.plan(variants, names)
+    total, a.work = a.plan(variants, cfg.names)
     with tqdm(total=total, unit="run", desc="audit", disable=not progress, dynamic_ncols=True) as a.bar:
-        results = {wl.name: (wl, a.workload(wl, d, names)) for wl, d in variants}
+        results = {wl.name: (wl, a.workload(wl, d, cfg.names)) for wl, d in variants}
     return report.write(a.out, results, cfg, command(cfg))

@@ -57,10 +57,9 @@ class Workload:
         if self.kind == "gpt":
             return gpt.GPT(data.classes, self.width, self.depth, max(self.width // 16, 1), SEQ_LEN, rotary=True,
                            key=key)
-        keys = jax.random.split(key, self.depth + 1)
         sizes = [math.prod(data.arrays["eval_x"].shape[1:])] + [self.width] * self.depth + [data.classes]
         layers = []
-        for k, cin, cout in zip(keys, sizes, sizes[1:]):
+        for k, cin, cout in zip(jax.random.split(key, self.depth + 1), sizes, sizes[1:]):
             layers += [nn.Linear(cin, cout, key=k), nn.relu]
         return nn.Sequential(nn.Flatten(), *layers[:-1])
 
@@ -105,8 +104,8 @@ def load(kind: str, source: str | None, out: pathlib.Path, progress: bool = True
 
 def _text(source, folder: pathlib.Path, progress):
     folder.mkdir(parents=True, exist_ok=True)
-    cfg = LMConfig(data=source, vocab_size=VOCAB, seq_len=SEQ_LEN, batch_size=8)
-    tok = lm.prepare_corpus(cfg, folder, progress)  # once: reused from `folder` when the audit restarts
+    # made once: reused from `folder` when the audit restarts
+    tok = lm.prepare_corpus(LMConfig(data=source, vocab_size=VOCAB, seq_len=SEQ_LEN, batch_size=8), folder, progress)
     dtype = text.token_dtype(tok.vocab_size)
     train, val = (np.fromfile(folder / f, dtype).astype(np.int32) for f in ("train.bin", "val.bin"))
     windows = min(EVAL_WINDOWS, (len(val) - 1) // SEQ_LEN)
@@ -128,8 +127,7 @@ def _images(source):
         tx, ty = _arrays(test, pre)
     stats = {"mean": jnp.asarray(mean, jnp.float32), "std": jnp.asarray(std, jnp.float32)}
     return Data({**stats, "train_x": jnp.asarray(x), "train_y": jnp.asarray(y), "eval_y": jnp.asarray(ty[:EVAL_IMAGES]),
-                 "eval_x": image.normalise(jnp.asarray(tx[:EVAL_IMAGES]), **stats)},
-                classes)
+                 "eval_x": image.normalise(jnp.asarray(tx[:EVAL_IMAGES]), **stats)}, classes)
 
 
 def _arrays(source, pre):
