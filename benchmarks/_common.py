@@ -23,6 +23,9 @@ import sys
 import time
 import traceback
 
+from frost.cli import huge_pages
+
+huge_pages()  # every row, Frost's and its peers', runs under the malloc setting of the `frost` command
 LOAD_AT_START = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
 
 
@@ -186,7 +189,7 @@ def header(title: str, gpu: str | None = None, libraries=()) -> str:
              f"- date: {datetime.datetime.now().astimezone().strftime('%Y-%m-%d %H:%M %Z')}",
              f"- machine: {machine}" + load(),
              f"- python {platform.python_version()}" + (f", {versions(*libraries)}" if libraries else ""),
-             f"- command: `{command()}`"]
+             f"- command: `{command()}`" + (f" (GLIBC_TUNABLES={t})" if (t := os.environ.get("GLIBC_TUNABLES")) else "")]
     return "\n".join(lines)
 
 

@@ -12,7 +12,7 @@ import pytest
 from frost import data, optim
 from frost.cli import main as cli
 from frost.models import resnet
-from frost.train import checkpoint, loop
+from frost.train import checkpoint, losses, loop
 
 
 @jax.jit  # one compile instead of one per eager init op
@@ -26,6 +26,15 @@ def tiny_data(n=48, seed=0):
 
 
 # --- the loop ---
+
+def test_correct_is_argmax_with_its_ties():
+    rng = np.random.default_rng(0)
+    logits = rng.integers(0, 3, (64, 5)).astype(np.float32)  # many tied maxima
+    labels = rng.integers(0, 5, 64)
+    want = np.argmax(logits, -1) == labels
+    assert 0 < want.sum() < 64
+    np.testing.assert_array_equal(losses.correct(jnp.asarray(logits), jnp.asarray(labels)), want)
+
 
 @functools.cache
 def sgd_and_step():

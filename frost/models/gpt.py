@@ -21,17 +21,28 @@ import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from frost import nn
 from frost.nn.attention import dot_product_attention
 from frost.nn.module import expand_to, shape_error, static
 
 
-def rotary(x, positions):  # (B, T, H, D), (T,) -> (B, T, H, D): rotate feature pairs by position
+def rotary_tables(positions, head_dim):  # (T,) -> cos, sin: (1, T, 1, D/2) each
+    """RoFormer's angles, position * 10000^(-2i/D), as cos and sin tables shared by every block.
+    Positions known when tracing (numpy: training, evaluation, a prompt) give constants of the
+    compiled program, as PyTorch's buffers; computed inside it, XLA fuses cos and sin into every
+    consumer and evaluates them anew for each batch row and head (a tenth of a GPT step on a CPU)."""
+    xp = np if isinstance(positions, np.ndarray) else jnp
+    d = head_dim // 2
+    freqs = 1.0 / (10000 ** (xp.arange(d, dtype=np.float32) / d))  # (D/2,)
+    angles = positions.astype(np.float32)[:, None] * freqs[None, :]  # (T, D/2)
+    return xp.cos(angles)[None, :, None, :], xp.sin(angles)[None, :, None, :]
+
+
+def rotary(x, tables):  # (B, T, H, D), rotary_tables -> (B, T, H, D): rotate feature pairs by position
+    cos, sin = tables
     d = x.shape[-1] // 2
-    freqs = 1.0 / (10000 ** (jnp.arange(d, dtype=jnp.float32) / d))  # (D/2,)
-    angles = positions.astype(jnp.float32)[:, None] * freqs[None, :]  # (T, D/2)
-    cos, sin = jnp.cos(angles)[None, :, None, :], jnp.sin(angles)[None, :, None, :]  # (1, T, 1, D/2)
     x1, x2 = x[..., :d].astype(jnp.float32), x[..., d:].astype(jnp.float32)
     return jnp.concatenate([x1 * cos - x2 * sin, x1 * sin + x2 * cos], -1).astype(x.dtype)
 
@@ -63,13 +74,13 @@ class Block(nn.Module):
         self.drop, self.heads, self.rotary = nn.Dropout(dropout), heads, use_rotary
         self.gelu_approximate = gelu_approximate
 
-    def attend(self, x, positions, cache=None):
-        """Self-attention of x (B, T, C) at `positions`; with a cache (k, v: (B, S, H, D)), write
+    def attend(self, x, positions, cache=None, tables=None):
+        """Self-attention of x (B, T, C) at `positions` (`tables`: their rotary_tables); with a cache (k, v: (B, S, H, D)), write
         this step's keys/values at `positions` and let each query attend to the cached positions up to its own."""
         B, T, C = x.shape
         q, k, v = jnp.split(self.qkv(x).reshape(B, T, 3 * self.heads, C // self.heads), 3, axis=2)  # (B, T, H, D)
         if self.rotary:
-            q, k = rotary(q, positions), rotary(k, positions)
+            q, k = rotary(q, tables), rotary(k, tables)
         if cache is None:
             y = dot_product_attention(q, k, v, causal=True)  # (B, T, H, D)
             return self.proj(y.reshape(B, T, C)), None
@@ -82,10 +93,11 @@ class Block(nn.Module):
         y = jnp.einsum("bhts,bshd->bthd", jax.nn.softmax(scores, axis=-1).astype(cv.dtype), cv)
         return self.proj(y.reshape(B, T, C)), (ck, cv)
 
-    def __call__(self, x, positions, cache=None):
-        a, cache = self.attend(self.ln1(x), positions, cache)
+    def __call__(self, x, positions, cache=None, tables=None):
+        a, cache = self.attend(self.ln1(x), positions, cache, tables)
         x = x + self.drop(a)
-        x = x + self.drop(self.out(jax.nn.gelu(self.fc(self.ln2(x)), approximate=self.gelu_approximate)))
+        h = self.fc(self.ln2(x))  # (B, T, 4C)
+        x = x + self.drop(self.out(jax.nn.gelu(h, approximate=True) if self.gelu_approximate else nn.gelu(h)))
         return x, cache
 
 
@@ -120,12 +132,13 @@ class GPT(nn.Module):
         (a tuple of (k, v) per block, each (B, max_len, H, D); or of None: no cache, as `__call__`)."""
         if getattr(ids, "ndim", 0) != 2 or ids.shape[1] > self.max_len:
             raise shape_error(self, f"(B, T) token ids with T <= max_len={self.max_len}", ids)
-        positions = start + jnp.arange(ids.shape[1])  # (T,)
+        positions = start + (np if isinstance(start, int) else jnp).arange(ids.shape[1])  # (T,)
         x = self.embed(ids)  # (B, T, C)
         x = x if self.pos is None else x + jnp.take(self.pos, positions, axis=0)[None]
+        tables = rotary_tables(positions, x.shape[-1] // self.blocks[0].heads) if self.blocks[0].rotary else None
         new_cache = []
         for block, layer_cache in zip(self.blocks, cache):
-            x, layer_cache = block(x, positions, layer_cache)
+            x, layer_cache = block(x, positions, layer_cache, tables)
             new_cache.append(layer_cache)
         x = self.ln_f(x)
         return (x @ self.embed.weight.T if self.head is None else self.head(x)), tuple(new_cache)  # (B, T, V)

