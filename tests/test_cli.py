@@ -78,3 +78,12 @@ def test_the_process_prints_one_line_and_debug_shows_the_traceback():
     assert out.returncode == 2 and out.stderr == "frost: error: --lr -1.0: must be > 0\n" and out.stdout == ""
     out = subprocess.run(cmd + ["--debug"], capture_output=True, text=True, timeout=60, env=env)
     assert out.returncode == 1 and "Traceback" in out.stderr and "UsageError" in out.stderr
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="glibc's tunables: Linux only")
+@pytest.mark.parametrize("opt_out", ["", "1"])
+def test_the_program_reexecutes_once_with_huge_pages(opt_out):
+    code = "import os; from frost.cli import huge_pages; huge_pages(); print(os.environ.get('GLIBC_TUNABLES'), flush=True)"
+    env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"} | {"FROST_NO_HUGE_PAGES": opt_out}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60).stdout
+    assert out == ("None\n" if opt_out else "glibc.malloc.hugetlb=1\n")
