@@ -133,10 +133,10 @@ def main(argv=None) -> int:
         times.setdefault((cmd, run_name), []).append(wall_cpu)
         loads.setdefault(cmd, []).append(os.getloadavg()[0])
 
-    def cold_warm(cmd, label, source, argv):  # each command's first run is its own: a fresh copy per command
+    def cold_warm(cmd, label, source, cli_args):  # each command's first run is its own: a fresh copy per command
         box = Sandbox(pathlib.Path(source), root, label)
         for mode in ("cold", "warm"):
-            note(cmd, f"{label} {mode}", run(frost_cmd(*argv), box))
+            note(cmd, f"{label} {mode}", run(frost_cmd(*cli_args), box))
 
     try:
         for rep in range(reps):  # interleaved: each frost version cold and warm, then the peers, every repeat
@@ -169,8 +169,8 @@ def main(argv=None) -> int:
                                 box.fresh_jax_cache()
                             elif mode == "warm":
                                 box.jax = keep
-                            argv = frost_cmd("train", *job, "--out", str(box.dir / f"run{i}"))
-                            note(name, f"{label} {mode}", run(argv, box))
+                            command = frost_cmd("train", *job, "--out", str(box.dir / f"run{i}"))
+                            note(name, f"{label} {mode}", run(command, box))
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
