@@ -10,6 +10,7 @@ ending with `sync` (which must wait for the device: `jax.block_until_ready`,
 `torch.cuda.synchronize`). A step's time is the median sample divided by `inner`; "compile s"
 is the first call's time less one median step.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -64,6 +65,7 @@ def measure(step, sync, *, warmup: int = 2, steps: int = 5, inner: int = 1) -> T
 def jax_wait(out) -> None:
     """A `sync` for jitted JAX code without a loss: wait for `out` on the device."""
     import jax
+
     jax.block_until_ready(out)
 
 
@@ -83,6 +85,7 @@ def measure_torch(loss_fn, opt, device, args) -> Timing:
         if device.type == "cuda":
             torch.cuda.synchronize()
         return loss.item()
+
     return measure(step, sync, warmup=args.warmup, steps=args.steps, inner=args.inner)
 
 
@@ -106,25 +109,33 @@ def attempt(rows: list, model: str, framework: str, batch: int, fn, baseline: bo
     try:
         row = Row(model, framework, batch, fn(), baseline=baseline)
         t = row.timing
-        print(f"[{model}] {framework}: {row.images_per_s:.1f}/s, first call {t.first_s:.1f} s, "
-              f"loss {t.loss:.4f}", file=sys.stderr, flush=True)
+        print(
+            f"[{model}] {framework}: {row.images_per_s:.1f}/s, first call {t.first_s:.1f} s, "
+            f"loss {t.loss:.4f}",
+            file=sys.stderr,
+            flush=True,
+        )
     except Exception as e:  # noqa: BLE001 - a failing peer must not stop the others
         traceback.print_exc()
-        row = Row(model, framework, batch, error=one_line(f"{type(e).__name__}: {e}"), baseline=baseline)
+        row = Row(
+            model, framework, batch, error=one_line(f"{type(e).__name__}: {e}"), baseline=baseline
+        )
     rows.append(row)
     return row
 
 
 def one_line(text: str, limit: int = 200) -> str:
     text = " ".join(str(text).split()).replace("|", "/")
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def table(rows: list, unit: str = "img/s") -> str:
     """A markdown table; frost/peer is Frost's throughput over the row's, for the same model.
     `unit` names what Row.batch counts per step (images, tokens)."""
-    out = [f"| model | framework | {unit} | ms/step | compile s | loss | frost/peer |",
-           "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+    out = [
+        f"| model | framework | {unit} | ms/step | compile s | loss | frost/peer |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
     base = {r.model: r.images_per_s for r in rows if r.baseline and r.images_per_s}
     for r in rows:
         if r.timing is None:
@@ -132,8 +143,10 @@ def table(rows: list, unit: str = "img/s") -> str:
             continue
         ratio = f"{base[r.model] / r.images_per_s:.2f}" if r.model in base else "n/a"
         loss = f"{r.timing.loss:.4f}" if r.timing.loss is not None else ""
-        out.append(f"| {r.model} | {r.framework} | {r.images_per_s:.1f} | {1e3 * r.timing.step_s:.1f} | "
-                   f"{r.timing.compile_s:.1f} | {loss} | {ratio} |")
+        out.append(
+            f"| {r.model} | {r.framework} | {r.images_per_s:.1f} | {1e3 * r.timing.step_s:.1f} | "
+            f"{r.timing.compile_s:.1f} | {loss} | {ratio} |"
+        )
     return "\n".join(out)
 
 
@@ -143,7 +156,9 @@ def status(error: str) -> str:
 
 def cpu_model() -> str:
     try:
-        for line in subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout.splitlines():
+        for line in subprocess.run(
+            ["lscpu"], capture_output=True, text=True, timeout=10
+        ).stdout.splitlines():
             if line.startswith("Model name:"):
                 return line.split(":", 1)[1].strip()
     except (OSError, subprocess.SubprocessError):
@@ -185,11 +200,16 @@ def command() -> str:
 def header(title: str, gpu: str | None = None, libraries=()) -> str:
     """Title, date, machine (lscpu model name and cores, the GPU if any), library versions, command."""
     machine = f"{cpu_model()}, {cores()} cores" + (f"; GPU: {gpu}" if gpu else "")
-    lines = [f"### {title}", "",
-             f"- date: {datetime.datetime.now().astimezone().strftime('%Y-%m-%d %H:%M %Z')}",
-             f"- machine: {machine}" + load(),
-             f"- python {platform.python_version()}" + (f", {versions(*libraries)}" if libraries else ""),
-             f"- command: `{command()}`" + (f" (GLIBC_TUNABLES={t})" if (t := os.environ.get("GLIBC_TUNABLES")) else "")]
+    lines = [
+        f"### {title}",
+        "",
+        f"- date: {datetime.datetime.now().astimezone().strftime('%Y-%m-%d %H:%M %Z')}",
+        f"- machine: {machine}" + load(),
+        f"- python {platform.python_version()}"
+        + (f", {versions(*libraries)}" if libraries else ""),
+        f"- command: `{command()}`"
+        + (f" (GLIBC_TUNABLES={t})" if (t := os.environ.get("GLIBC_TUNABLES")) else ""),
+    ]
     return "\n".join(lines)
 
 
@@ -206,7 +226,9 @@ class Publisher:
     def __call__(self, report, final=False):
         if not self.path:
             return
-        if self.start is None:  # not a regular file (/dev/null, a pipe): write the final report only
+        if (
+            self.start is None
+        ):  # not a regular file (/dev/null, a pipe): write the final report only
             if final:
                 with open(self.path, "a") as f:
                     f.write(report + "\n\n")

@@ -25,6 +25,7 @@ dense bf16 peak (H100/H200: 989 TFLOP/s; --peak to override). frost/peer is Fros
 the row's; on Frost's own row, over the best peer's. Timing: first call (compilation) apart, 2
 warm-up calls, then 5 samples of enough calls to last ~50 ms each; the median sample counts.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,18 +50,28 @@ PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0}  # dense bf16
 
 def implementations(gpu: bool, blocks: BlockSizes | None = None):
     if not gpu:
-        return {"frost.nn (xla)": functools.partial(dot_product_attention, implementation="xla"),
-                "reference (jnp)": attention_reference}
-    nn_attention = lambda impl: lambda q, k, v, causal: jax.nn.dot_product_attention(  # noqa: E731
-        q, k, v, is_causal=causal, implementation=impl)
-    return {"frost": functools.partial(flash_attention, block_sizes=blocks),
-            "jax.nn-cudnn": nn_attention("cudnn"), "jax.nn-xla": nn_attention("xla")}
+        return {
+            "frost.nn (xla)": functools.partial(dot_product_attention, implementation="xla"),
+            "reference (jnp)": attention_reference,
+        }
+    nn_attention = lambda impl: (
+        lambda q, k, v, causal: jax.nn.dot_product_attention(  # noqa: E731
+            q, k, v, is_causal=causal, implementation=impl
+        )
+    )
+    return {
+        "frost": functools.partial(flash_attention, block_sizes=blocks),
+        "jax.nn-cudnn": nn_attention("cudnn"),
+        "jax.nn-xla": nn_attention("xla"),
+    }
 
 
 def step_fn(attend, causal: bool, backward: bool):
     if not backward:
         return jax.jit(lambda q, k, v, do: attend(q, k, v, causal=causal))
-    return jax.jit(lambda q, k, v, do: jax.vjp(lambda q, k, v: attend(q, k, v, causal=causal), q, k, v)[1](do))
+    return jax.jit(
+        lambda q, k, v, do: jax.vjp(lambda q, k, v: attend(q, k, v, causal=causal), q, k, v)[1](do)
+    )
 
 
 def inputs(b, t, h, d, dtype, seed=0):
@@ -92,16 +103,34 @@ def check_kernel(b=2, t=1000, h=4, d=128, dtype=jnp.bfloat16):
         f = lambda q, k, v: fn(q, k, v, causal=True, key_padding_mask=keep)  # noqa: E731
         out, vjp = jax.jit(lambda q, k, v: jax.vjp(f, q, k, v))(q, k, v)
         errors[name] = [x.astype(jnp.float32) for x in (out, *jax.jit(vjp)(do))]
-    return {n: (float(jnp.abs(a - b).max()), float(jnp.abs(b).max()))
-            for n, a, b in zip(("out", "dq", "dk", "dv"), *errors.values())}
+    return {
+        n: (float(jnp.abs(a - b).max()), float(jnp.abs(b).max()))
+        for n, a, b in zip(("out", "dq", "dk", "dv"), *errors.values())
+    }
 
 
 def tune(seqs, head_dims, dtype):
     """Time a few BlockSizes (forward alone, then forward+backward with the best forward)."""
-    fwd = [dict(block_q=bq, block_k=bk, num_warps=w, num_stages=s) for bq, bk, w, s in
-           [(128, 64, None, 3), (128, 64, 8, 2), (128, 128, 8, 2), (64, 64, 4, 3), (128, 32, 4, 4)]]
-    bwd = [dict(block_q_dkv=a, block_k_dkv=b, block_q_dq=c, block_k_dq=e) for a, b, c, e in
-           [(64, 64, 64, 64), (32, 64, 64, 32), (32, 128, 128, 32), (64, 128, 128, 64), (32, 32, 32, 32)]]
+    fwd = [
+        dict(block_q=bq, block_k=bk, num_warps=w, num_stages=s)
+        for bq, bk, w, s in [
+            (128, 64, None, 3),
+            (128, 64, 8, 2),
+            (128, 128, 8, 2),
+            (64, 64, 4, 3),
+            (128, 32, 4, 4),
+        ]
+    ]
+    bwd = [
+        dict(block_q_dkv=a, block_k_dkv=b, block_q_dq=c, block_k_dq=e)
+        for a, b, c, e in [
+            (64, 64, 64, 64),
+            (32, 64, 64, 32),
+            (32, 128, 128, 32),
+            (64, 128, 128, 64),
+            (32, 32, 32, 32),
+        ]
+    ]
     for t in seqs:
         for d in head_dims:
             b, h = max(1, 16384 // t), 2048 // d
@@ -113,13 +142,25 @@ def tune(seqs, head_dims, dtype):
                     for c in candidates:
                         blocks = dataclasses.replace(BlockSizes(), **best, **c)
                         try:
-                            s = time_one(step_fn(functools.partial(flash_attention, block_sizes=blocks), causal,
-                                                 backward), args)
+                            s = time_one(
+                                step_fn(
+                                    functools.partial(flash_attention, block_sizes=blocks),
+                                    causal,
+                                    backward,
+                                ),
+                                args,
+                            )
                             results.append((s, c))
-                            print(f"tune T={t} D={d} causal={causal} {'fwd+bwd' if backward else 'fwd'} {c}: "
-                                  f"{flops(b, t, h, d, causal, backward) / s / 1e12:.0f} TFLOP/s", flush=True)
+                            print(
+                                f"tune T={t} D={d} causal={causal} {'fwd+bwd' if backward else 'fwd'} {c}: "
+                                f"{flops(b, t, h, d, causal, backward) / s / 1e12:.0f} TFLOP/s",
+                                flush=True,
+                            )
                         except Exception as e:  # noqa: BLE001 - a configuration may not fit the chip
-                            print(f"tune {c}: failed: {one_line(f'{type(e).__name__}: {e}')}", flush=True)
+                            print(
+                                f"tune {c}: failed: {one_line(f'{type(e).__name__}: {e}')}",
+                                flush=True,
+                            )
                     if results:
                         best.update(min(results, key=lambda r: r[0])[1])
                 print(f"best for T={t} D={d} causal={causal}: BlockSizes({best})", flush=True)
@@ -135,7 +176,11 @@ def measure_all(impls, frost_name, dims, seqs, gpu, dtype, peak, lines):
                     args_ = inputs(b, t, h, d, dtype)
                     tflops = {}
                     for name, attend in impls.items():
-                        print(f"[T={t} D={d} causal={causal} bwd={backward}] {name} ...", file=sys.stderr, flush=True)
+                        print(
+                            f"[T={t} D={d} causal={causal} bwd={backward}] {name} ...",
+                            file=sys.stderr,
+                            flush=True,
+                        )
                         try:
                             s = time_one(step_fn(attend, causal, backward), args_)
                             tflops[name] = (s, flops(b, t, h, d, causal, backward) / s / 1e12)
@@ -145,7 +190,14 @@ def measure_all(impls, frost_name, dims, seqs, gpu, dtype, peak, lines):
                     ours = tflops[frost_name][0] and tflops[frost_name][1]
                     peers = [v[1] for n, v in tflops.items() if n != frost_name and v[0]]
                     for name, (s, value) in tflops.items():
-                        row = ["fwd+bwd" if backward else "fwd", str(causal), str(t), str(d), f"{b} x {h}", name]
+                        row = [
+                            "fwd+bwd" if backward else "fwd",
+                            str(causal),
+                            str(t),
+                            str(d),
+                            f"{b} x {h}",
+                            name,
+                        ]
                         if s is None:
                             lines.append(row + [f"failed: {value}", "", "", ""])
                             continue
@@ -161,43 +213,71 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true", help="one small shape, for a smoke run")
     parser.add_argument("--seq", default=None, help="comma-separated sequence lengths")
     parser.add_argument("--head-dims", default=None, help="comma-separated head dims")
-    parser.add_argument("--peak", type=float, default=None, help="dense bf16 peak TFLOP/s of the chip")
+    parser.add_argument(
+        "--peak", type=float, default=None, help="dense bf16 peak TFLOP/s of the chip"
+    )
     parser.add_argument("--tune", action="store_true", help="time alternative BlockSizes instead")
     args = parser.parse_args(argv)
 
     device = jax.devices()[0]
     gpu = device.platform == "gpu"
     if gpu:
-        seqs, dims, dtype = ([1024], [64]) if args.quick else ([1024, 4096, 16384], [64, 128]), jnp.bfloat16
+        seqs, dims, dtype = (
+            ([1024], [64]) if args.quick else ([1024, 4096, 16384], [64, 128]),
+            jnp.bfloat16,
+        )
     else:
         seqs, dims, dtype = ([256] if args.quick else [256, 1024]), [64], jnp.float32
     seqs = [int(s) for s in args.seq.split(",")] if args.seq else seqs
     dims = [int(d) for d in args.head_dims.split(",")] if args.head_dims else dims
     if args.tune:
         if not gpu:
-            parser.error("--tune times the Pallas kernels, which need a GPU (on a CPU they are interpreted)")
+            parser.error(
+                "--tune times the Pallas kernels, which need a GPU (on a CPU they are interpreted)"
+            )
         return tune(seqs, dims, dtype)
-    peak = args.peak or next((p for name, p in PEAK_TFLOPS.items() if name in device.device_kind), None)
+    peak = args.peak or next(
+        (p for name, p in PEAK_TFLOPS.items() if name in device.device_kind), None
+    )
 
     notes = []
     if gpu:
         errors = check_kernel()
-        notes.append("kernel vs reference (B=2, T=S=1000, H=4, D=128, bf16, causal, key padding mask), max abs "
-                     "error (max abs of the reference): " + ", ".join(f"{n} {e:.2e} ({r:.2f})"
-                                                                      for n, (e, r) in errors.items()))
+        notes.append(
+            "kernel vs reference (B=2, T=S=1000, H=4, D=128, bf16, causal, key padding mask), max abs "
+            "error (max abs of the reference): "
+            + ", ".join(f"{n} {e:.2e} ({r:.2f})" for n, (e, r) in errors.items())
+        )
         print(notes[-1], file=sys.stderr, flush=True)
 
     impls = implementations(gpu)
     frost_name = next(iter(impls))
-    head = ["pass", "causal", "T", "D", "B x H", "implementation", "ms", "TFLOP/s", "% of peak", "frost/peer"]
+    head = [
+        "pass",
+        "causal",
+        "T",
+        "D",
+        "B x H",
+        "implementation",
+        "ms",
+        "TFLOP/s",
+        "% of peak",
+        "frost/peer",
+    ]
     lines = []
     try:
         measure_all(impls, frost_name, dims, seqs, gpu, dtype, peak, lines)
-    except KeyboardInterrupt:  # Ctrl-C or `timeout -s INT` (benchmarks/gpu.sh): print what was measured
+    except (
+        KeyboardInterrupt
+    ):  # Ctrl-C or `timeout -s INT` (benchmarks/gpu.sh): print what was measured
         notes.append("interrupted: the rows above are the shapes measured before the time limit")
 
     title = "Attention throughput" + ("" if gpu else " (CPU: sanity check only)")
-    print(header(title, gpu=device.device_kind if gpu else None, libraries=("jax", "jaxlib")), "", sep="\n")
+    print(
+        header(title, gpu=device.device_kind if gpu else None, libraries=("jax", "jaxlib")),
+        "",
+        sep="\n",
+    )
     print("| " + " | ".join(head) + " |")
     print("|" + "|".join(" ---: " if i > 5 else " --- " for i in range(len(head))) + "|")
     for row in lines:

@@ -16,6 +16,7 @@ Ratios are frost/peer seconds: below 1 means Frost is faster. Notes follow the t
 and one 1M-letter chunk encoded by Frost and HF (the same ids?), and a profile of Frost's
 single-process time.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,32 +32,64 @@ import time
 from collections import Counter
 from itertools import chain
 
-from frost.text import GPT4_PATTERN, Tokenizer, kjv_text, split_chunks, to_hf_json, train, train_counts
+from frost.text import (
+    GPT4_PATTERN,
+    Tokenizer,
+    kjv_text,
+    split_chunks,
+    to_hf_json,
+    train,
+    train_counts,
+)
 
 
 def hf_train(lines, vocab_size):
     from tokenizers import Regex, Tokenizer as HF, models, pre_tokenizers, trainers
+
     tok = HF(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(GPT4_PATTERN), "isolated"),
-                                                 pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-    tok.train_from_iterator(lines, trainers.BpeTrainer(vocab_size=vocab_size, show_progress=False,
-                                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(GPT4_PATTERN), "isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    tok.train_from_iterator(
+        lines,
+        trainers.BpeTrainer(
+            vocab_size=vocab_size,
+            show_progress=False,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        ),
+    )
     return tok
 
 
 def sp_train(lines, vocab_size):
     import sentencepiece as spm
+
     model = io.BytesIO()
-    spm.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_writer=model, model_type="bpe",
-                                   vocab_size=vocab_size, byte_fallback=True, character_coverage=1.0,
-                                   num_threads=os.cpu_count(), minloglevel=2)
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines),
+        model_writer=model,
+        model_type="bpe",
+        vocab_size=vocab_size,
+        byte_fallback=True,
+        character_coverage=1.0,
+        num_threads=os.cpu_count(),
+        minloglevel=2,
+    )
     return spm.SentencePieceProcessor(model_proto=model.getvalue())
 
 
 def tiktoken_from(tok: Tokenizer):
     import tiktoken
-    return tiktoken.Encoding(name="frost", pat_str=tok.pattern, special_tokens={},
-                             mergeable_ranks={b: i for i, b in enumerate(tok.vocab)})
+
+    return tiktoken.Encoding(
+        name="frost",
+        pat_str=tok.pattern,
+        special_tokens={},
+        mergeable_ranks={b: i for i, b in enumerate(tok.vocab)},
+    )
 
 
 def profile(text: str, vocab_size: int) -> list[str]:
@@ -71,8 +104,10 @@ def profile(text: str, vocab_size: int) -> list[str]:
     t = time.perf_counter()
     tok = train_counts(counts, vocab_size)
     t_merge = time.perf_counter() - t
-    out.append(f"train {vocab_size}: regex split {t_split:.2f} s, Counter {t_count:.2f} s, merge loop "
-               f"(+ setup) {t_merge:.2f} s for {len(counts)} distinct chunks")
+    out.append(
+        f"train {vocab_size}: regex split {t_split:.2f} s, Counter {t_count:.2f} s, merge loop "
+        f"(+ setup) {t_merge:.2f} s for {len(counts)} distinct chunks"
+    )
     fresh = Tokenizer(tok.merges, tok.special, tok.pattern)
     t = time.perf_counter()
     for c in counts:
@@ -81,8 +116,10 @@ def profile(text: str, vocab_size: int) -> list[str]:
     t = time.perf_counter()
     list(chain.from_iterable(map(fresh._cache.__getitem__, chunks)))
     t_look = time.perf_counter() - t
-    out.append(f"encode {vocab_size}: regex split {t_split:.2f} s, BPE of each distinct chunk (cache misses) "
-               f"{t_bpe:.2f} s, cache lookups + flatten {t_look:.2f} s")
+    out.append(
+        f"encode {vocab_size}: regex split {t_split:.2f} s, BPE of each distinct chunk (cache misses) "
+        f"{t_bpe:.2f} s, cache lookups + flatten {t_look:.2f} s"
+    )
     return out
 
 
@@ -90,6 +127,7 @@ def long_chunks(tok: Tokenizer) -> list[str]:
     """Encoding one very long chunk (the GPT-4 pattern does not cap a run of letters): Frost, and HF
     tokenizers loaded with Frost's tokenizer (its tokenizer.json export)."""
     from tokenizers import Tokenizer as HF
+
     hf, rng, out = HF.from_str(json.dumps(to_hf_json(tok))), random.Random(0), []
     for n in (40_000, 1_000_000):
         chunk = "".join(rng.choices("etaoinshrdlucmfwypvbgk", k=n))
@@ -99,15 +137,19 @@ def long_chunks(tok: Tokenizer) -> list[str]:
         t = time.perf_counter()
         theirs = hf.encode(chunk).ids
         t_hf = time.perf_counter() - t
-        out.append(f"one {n:,}-letter chunk: frost {t_frost:.2f} s, HF tokenizers {t_hf:.2f} s "
-                   f"({'the same ids' if ids == theirs else 'DIFFERENT ids'}, {len(ids):,} tokens)")
+        out.append(
+            f"one {n:,}-letter chunk: frost {t_frost:.2f} s, HF tokenizers {t_hf:.2f} s "
+            f"({'the same ids' if ids == theirs else 'DIFFERENT ids'}, {len(ids):,} tokens)"
+        )
     return out
 
 
 def cpu_model() -> str:
     try:
         with open("/proc/cpuinfo") as f:
-            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+            return next(
+                line.split(":", 1)[1].strip() for line in f if line.startswith("model name")
+            )
     except (OSError, StopIteration):
         return platform.processor() or platform.machine()
 
@@ -146,14 +188,23 @@ def main(argv=None) -> int:
         for vocab in vocabs:
             fit = {"frost": lambda: train(text, vocab)}
             if not args.no_peers:
-                fit.update({"HF tokenizers": lambda: hf_train(lines, vocab), "SentencePiece": lambda: sp_train(stripped, vocab)})
+                fit.update(
+                    {
+                        "HF tokenizers": lambda: hf_train(lines, vocab),
+                        "SentencePiece": lambda: sp_train(stripped, vocab),
+                    }
+                )
             fit = interleaved(fit, reps)
             tok = fit["frost"][1]
-            enc = {"frost": lambda: Tokenizer(tok.merges, tok.special, tok.pattern).encode_batch(lines)}
+            enc = {
+                "frost": lambda: Tokenizer(tok.merges, tok.special, tok.pattern).encode_batch(lines)
+            }
             if not args.no_peers:
                 try:
                     tk = tiktoken_from(tok)
-                    enc["tiktoken (Frost merges)"] = lambda: tk.encode_ordinary_batch(lines, num_threads=os.cpu_count())
+                    enc["tiktoken (Frost merges)"] = lambda: tk.encode_ordinary_batch(
+                        lines, num_threads=os.cpu_count()
+                    )
                 except Exception as e:  # report, don't hide
                     notes.append(f"{name} {vocab}: tiktoken could not load Frost's merges: {e!r}")
                 hf, sp = fit["HF tokenizers"][1], fit["SentencePiece"][1]
@@ -164,23 +215,54 @@ def main(argv=None) -> int:
             if not args.no_peers and name == "KJV" and vocab == vocabs[0]:
                 notes += [f"{name} {vocab}: {line}" for line in long_chunks(tok)]
             if "tiktoken (Frost merges)" in enc:
-                same = sum(a == b for a, b in zip(enc["tiktoken (Frost merges)"][1], ids)) / len(ids)
-                notes.append(f"{name} {vocab}: tiktoken with Frost's merges gives Frost's ids on {100 * same:.2f}% of lines")
+                same = sum(a == b for a, b in zip(enc["tiktoken (Frost merges)"][1], ids)) / len(
+                    ids
+                )
+                notes.append(
+                    f"{name} {vocab}: tiktoken with Frost's merges gives Frost's ids on {100 * same:.2f}% of lines"
+                )
             ft, fe = fit["frost"][0], enc["frost"][0]
             for lib, (te, out, load) in enc.items():
                 t = fit[lib][0] if lib in fit else None
-                rows.append([name, f"{mb:.1f}", str(vocab), lib, "-" if t is None else f"{t:.2f}",
-                             "-" if t is None else f"{ft / t:.2f}", f"{te:.2f}", f"{mb / te:.1f}", f"{fe / te:.2f}",
-                             f"{mb * 1e6 / sum(map(len, out)):.4f}", f"{load:.1f}"])
+                rows.append(
+                    [
+                        name,
+                        f"{mb:.1f}",
+                        str(vocab),
+                        lib,
+                        "-" if t is None else f"{t:.2f}",
+                        "-" if t is None else f"{ft / t:.2f}",
+                        f"{te:.2f}",
+                        f"{mb / te:.1f}",
+                        f"{fe / te:.2f}",
+                        f"{mb * 1e6 / sum(map(len, out)):.4f}",
+                        f"{load:.1f}",
+                    ]
+                )
                 print(" | ".join(rows[-1]), file=sys.stderr, flush=True)
             del fit, enc, ids
             gc.collect()
         notes += [f"{name}: {line}" for line in profile(text, vocabs[-1])]
-    head = ["corpus", "MB", "vocab", "library", "train s", "frost/peer", "encode s", "encode MB/s",
-            "frost/peer", "bytes/token", "load"]
-    print(f"\n`flock /tmp/frost-bench.lock python benchmarks/bpe.py {' '.join(argv or sys.argv[1:])}`".rstrip())
-    print(f"{cpu_model()}, {os.cpu_count()} cores, Python {platform.python_version()}; medians of {args.repeats} "
-          f"interleaved runs (KJV x12: {max(1, args.repeats // 3)}); load: the 1-minute load average during them\n")
+    head = [
+        "corpus",
+        "MB",
+        "vocab",
+        "library",
+        "train s",
+        "frost/peer",
+        "encode s",
+        "encode MB/s",
+        "frost/peer",
+        "bytes/token",
+        "load",
+    ]
+    print(
+        f"\n`flock /tmp/frost-bench.lock python benchmarks/bpe.py {' '.join(argv or sys.argv[1:])}`".rstrip()
+    )
+    print(
+        f"{cpu_model()}, {os.cpu_count()} cores, Python {platform.python_version()}; medians of {args.repeats} "
+        f"interleaved runs (KJV x12: {max(1, args.repeats // 3)}); load: the 1-minute load average during them\n"
+    )
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     for row in rows:

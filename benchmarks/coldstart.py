@@ -16,6 +16,7 @@ MB) at vocabulary 8192. Times are medians over --repeats; runs are interleaved, 
 average is printed with each row, since other work on the machine slows every run; CPU seconds
 (user + system, the command's worker processes included) are less sensitive to that.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -82,8 +83,13 @@ class Sandbox:
     def env(self) -> dict:
         """The environment: a user's (Python writes bytecode), with this copy first and these caches."""
         env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-        return {**env, "PYTHONPATH": str(self.dir), "NUMBA_CACHE_DIR": str(self.dir / "numba"),
-                "FROST_CACHE": self.jax, "JAX_COMPILATION_CACHE_DIR": self.jax}
+        return {
+            **env,
+            "PYTHONPATH": str(self.dir),
+            "NUMBA_CACHE_DIR": str(self.dir / "numba"),
+            "FROST_CACHE": self.jax,
+            "JAX_COMPILATION_CACHE_DIR": self.jax,
+        }
 
 
 def run(argv: list[str], box: Sandbox | None = None) -> tuple[float, float]:
@@ -92,7 +98,9 @@ def run(argv: list[str], box: Sandbox | None = None) -> tuple[float, float]:
     environment), else here."""
     cpu = _children_cpu()
     start = time.perf_counter()
-    done = subprocess.run(argv, env=box and box.env(), cwd=box and box.dir, capture_output=True, text=True)
+    done = subprocess.run(
+        argv, env=box and box.env(), cwd=box and box.dir, capture_output=True, text=True
+    )
     seconds, cpu = time.perf_counter() - start, _children_cpu() - cpu
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(argv)} failed ({done.returncode}):\n{done.stderr[-3000:]}")
@@ -110,21 +118,36 @@ def frost_cmd(*args) -> list[str]:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="--help and the tokenizer commands only")
-    parser.add_argument("--repeats", type=int, default=None, help="default 3 (2 with --quick); train commands 1")
+    parser.add_argument(
+        "--quick", action="store_true", help="--help and the tokenizer commands only"
+    )
+    parser.add_argument(
+        "--repeats", type=int, default=None, help="default 3 (2 with --quick); train commands 1"
+    )
     parser.add_argument("--vocab-size", type=int, default=8192)
-    parser.add_argument("--frost", action="append", metavar="LABEL=FOLDER", default=[],
-                        help="a frost package folder to copy, under a label (repeatable; default: frost=the one "
-                             "imported here); e.g. before=/tmp/old/frost for interleaved before/after numbers")
+    parser.add_argument(
+        "--frost",
+        action="append",
+        metavar="LABEL=FOLDER",
+        default=[],
+        help="a frost package folder to copy, under a label (repeatable; default: frost=the one "
+        "imported here); e.g. before=/tmp/old/frost for interleaved before/after numbers",
+    )
     args = parser.parse_args(argv)
-    versions = dict(v.split("=", 1) for v in args.frost) or {"frost": pathlib.Path(frost.__file__).parent}
+    versions = dict(v.split("=", 1) for v in args.frost) or {
+        "frost": pathlib.Path(frost.__file__).parent
+    }
     first = next(iter(versions))
     reps = args.repeats or (2 if args.quick else 3)
     root = pathlib.Path(tempfile.mkdtemp(prefix="frost-coldstart-"))
     corpus = root / "kjv.txt"
     corpus.write_text(kjv_text(), encoding="utf-8")
-    for name, code in (("hf_train.py", HF_TRAIN), ("hf_encode.py", HF_ENCODE), ("sp_train.py", SP_TRAIN),
-                       ("sp_encode.py", SP_ENCODE)):
+    for name, code in (
+        ("hf_train.py", HF_TRAIN),
+        ("hf_encode.py", HF_ENCODE),
+        ("sp_train.py", SP_TRAIN),
+        ("sp_encode.py", SP_ENCODE),
+    ):
         (root / name).write_text(code)
     v, times, loads = str(args.vocab_size), {}, {}
     tok, hf, sp, out = root / "tok.json", root / "hf.json", root / "sp", str(root / "ids.bin")
@@ -133,13 +156,17 @@ def main(argv=None) -> int:
         times.setdefault((cmd, run_name), []).append(wall_cpu)
         loads.setdefault(cmd, []).append(os.getloadavg()[0])
 
-    def cold_warm(cmd, label, source, cli_args):  # each command's first run is its own: a fresh copy per command
+    def cold_warm(
+        cmd, label, source, cli_args
+    ):  # each command's first run is its own: a fresh copy per command
         box = Sandbox(pathlib.Path(source), root, label)
         for mode in ("cold", "warm"):
             note(cmd, f"{label} {mode}", run(frost_cmd(*cli_args), box))
 
     try:
-        for rep in range(reps):  # interleaved: each frost version cold and warm, then the peers, every repeat
+        for rep in range(
+            reps
+        ):  # interleaved: each frost version cold and warm, then the peers, every repeat
             for label, source in versions.items():
                 cold_warm("frost --help", label, source, ["--help"])
             note("frost --help", "python -c pass", run([PY, "-c", "pass"]))
@@ -148,17 +175,46 @@ def main(argv=None) -> int:
                 cold_warm("frost tokenizer train", label, source, train_argv)
             peer = [PY, str(root / "hf_train.py"), str(corpus), v, str(hf)]
             note("frost tokenizer train", "HF tokenizers", run(peer))
-            note("frost tokenizer train", "SentencePiece", run([PY, str(root / "sp_train.py"), str(corpus), v, str(sp)]))
+            note(
+                "frost tokenizer train",
+                "SentencePiece",
+                run([PY, str(root / "sp_train.py"), str(corpus), v, str(sp)]),
+            )
             encode_argv = ["tokenizer", "encode", "--tokenizer", str(tok), str(corpus), "-o", out]
             for label, source in versions.items():
                 cold_warm("frost tokenizer encode", label, source, encode_argv)
-            note("frost tokenizer encode", "HF tokenizers", run([PY, str(root / "hf_encode.py"), str(hf), str(corpus), out]))
+            note(
+                "frost tokenizer encode",
+                "HF tokenizers",
+                run([PY, str(root / "hf_encode.py"), str(hf), str(corpus), out]),
+            )
             peer = [PY, str(root / "sp_encode.py"), f"{sp}.model", str(corpus), out]
             note("frost tokenizer encode", "SentencePiece", run(peer))
         if not args.quick:
-            jobs = {"frost train resnet20": ["resnet20", "--limit", "512", "--batch-size", "64", "--epochs", "1",
-                                             "--max-steps", "3", "--workers", "0"],
-                    "frost train gpt": ["gpt", "--limit", "100000", "--epochs", "1", "--max-steps", "3"]}
+            jobs = {
+                "frost train resnet20": [
+                    "resnet20",
+                    "--limit",
+                    "512",
+                    "--batch-size",
+                    "64",
+                    "--epochs",
+                    "1",
+                    "--max-steps",
+                    "3",
+                    "--workers",
+                    "0",
+                ],
+                "frost train gpt": [
+                    "gpt",
+                    "--limit",
+                    "100000",
+                    "--epochs",
+                    "1",
+                    "--max-steps",
+                    "3",
+                ],
+            }
             for rep in range(args.repeats or 1):
                 for name, job in jobs.items():
                     for label, source in versions.items():
@@ -176,25 +232,35 @@ def main(argv=None) -> int:
 
     med = {k: statistics.median(w for w, _ in t) for k, t in times.items()}
     cpu = {k: statistics.median(c for _, c in t) for k, t in times.items()}
-    print(f"\n`flock /tmp/frost-bench.lock python benchmarks/coldstart.py {' '.join(argv or sys.argv[1:])}`".rstrip())
-    print(f"{_cpu()}, {os.cpu_count()} cores, Python {sys.version.split()[0]}; medians of {reps} runs "
-          f"(train commands: {args.repeats or 1}); vocabulary {v} on the KJV (4.1 MB). Ratios: {first}'s time "
-          f"over this run's (below 1: {first} is faster)\n")
-    print(f"| command | run | seconds | CPU seconds | {first} cold / this | {first} warm / this | load (1 min) |")
+    print(
+        f"\n`flock /tmp/frost-bench.lock python benchmarks/coldstart.py {' '.join(argv or sys.argv[1:])}`".rstrip()
+    )
+    print(
+        f"{_cpu()}, {os.cpu_count()} cores, Python {sys.version.split()[0]}; medians of {reps} runs "
+        f"(train commands: {args.repeats or 1}); vocabulary {v} on the KJV (4.1 MB). Ratios: {first}'s time "
+        f"over this run's (below 1: {first} is faster)\n"
+    )
+    print(
+        f"| command | run | seconds | CPU seconds | {first} cold / this | {first} warm / this | load (1 min) |"
+    )
     print("|---|---|---|---|---|---|---|")
     for cmd in dict.fromkeys(k[0] for k in med):
         cold, warm = med[(cmd, f"{first} cold")], med[(cmd, f"{first} warm")]
         for (c, name), s in med.items():
             if c == cmd:
-                print(f"| `{cmd}` | {name} | {s:.2f} | {cpu[(c, name)]:.2f} | {cold / s:.2f} | {warm / s:.2f} | "
-                      f"{statistics.median(loads[cmd]):.1f} |")
+                print(
+                    f"| `{cmd}` | {name} | {s:.2f} | {cpu[(c, name)]:.2f} | {cold / s:.2f} | {warm / s:.2f} | "
+                    f"{statistics.median(loads[cmd]):.1f} |"
+                )
     return 0
 
 
 def _cpu() -> str:
     try:
         with open("/proc/cpuinfo") as f:
-            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+            return next(
+                line.split(":", 1)[1].strip() for line in f if line.startswith("model name")
+            )
     except (OSError, StopIteration):
         return "unknown CPU"
 

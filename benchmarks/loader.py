@@ -24,6 +24,7 @@ share it) hit every loader alike. The tables give the median over the windows of
 images/s and of CPU seconds (all processes of the loader) per 1000 images, and Frost's
 process backend (the default) against each peer.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,23 +44,31 @@ import numpy as np
 from frost import data, datasets
 
 BATCH, SIZE = 128, 64
-AUGMENT = data.Compose(data.RandomCrop(SIZE, padding=4), data.RandomFlip(),
-                       data.Normalize((0.286, 0.286, 0.286), (0.353, 0.353, 0.353)))
+AUGMENT = data.Compose(
+    data.RandomCrop(SIZE, padding=4),
+    data.RandomFlip(),
+    data.Normalize((0.286, 0.286, 0.286), (0.353, 0.353, 0.353)),
+)
 
 
 def make_folder(root: pathlib.Path, count: int) -> data.ImageFolder:
     from PIL import Image
+
     images, labels = datasets.fashion_mnist("train")
     for i in range(count):
         folder = root / str(labels[i])
         folder.mkdir(exist_ok=True)
-        image = Image.fromarray(images[i, :, :, 0]).resize((SIZE, SIZE), Image.BILINEAR).convert("RGB")
+        image = (
+            Image.fromarray(images[i, :, :, 0]).resize((SIZE, SIZE), Image.BILINEAR).convert("RGB")
+        )
         image.save(folder / f"{i:05d}.jpg", quality=90)
     return data.ImageFolder(root)
 
 
 def frost_batches(source, workers, backend="process"):
-    with data.Loader(source, BATCH, transform=AUGMENT, workers=workers, backend=backend, drop_last=True) as loader:
+    with data.Loader(
+        source, BATCH, transform=AUGMENT, workers=workers, backend=backend, drop_last=True
+    ) as loader:
         while True:
             for images, _ in loader:
                 yield images
@@ -75,8 +84,15 @@ def torch_batches(source, workers):
         def __getitem__(self, i):
             return data.load_sample(source, AUGMENT, 0, 0, i)
 
-    loader = torch.utils.data.DataLoader(Dataset(), BATCH, shuffle=True, drop_last=True, num_workers=workers,
-                                         pin_memory=False, persistent_workers=workers > 0)
+    loader = torch.utils.data.DataLoader(
+        Dataset(),
+        BATCH,
+        shuffle=True,
+        drop_last=True,
+        num_workers=workers,
+        pin_memory=False,
+        persistent_workers=workers > 0,
+    )
     while True:
         for images, _ in loader:
             yield images
@@ -85,16 +101,25 @@ def torch_batches(source, workers):
 def grain_batches(source, workers):
     import grain.python as grain
     from absl import flags
+
     if not flags.FLAGS.is_parsed():  # Grain reads absl flags; this script has none of its own
         flags.FLAGS.mark_as_parsed()
 
-    class GrainAugment(grain.RandomMapTransform):  # Grain ships operations to workers with cloudpickle
+    class GrainAugment(
+        grain.RandomMapTransform
+    ):  # Grain ships operations to workers with cloudpickle
         def random_map(self, element, rng):
             return AUGMENT(element, rng)
 
-    sampler = grain.IndexSampler(len(source), grain.NoSharding(), shuffle=True, num_epochs=None, seed=0)
-    loader = grain.DataLoader(data_source=source, sampler=sampler, worker_count=workers,
-                              operations=[GrainAugment(), grain.Batch(BATCH, drop_remainder=True)])
+    sampler = grain.IndexSampler(
+        len(source), grain.NoSharding(), shuffle=True, num_epochs=None, seed=0
+    )
+    loader = grain.DataLoader(
+        data_source=source,
+        sampler=sampler,
+        worker_count=workers,
+        operations=[GrainAugment(), grain.Batch(BATCH, drop_remainder=True)],
+    )
     for images, _ in loader:
         yield images
 
@@ -104,7 +129,9 @@ def cpu_seconds(pid=None):
     pid = pid or os.getpid()
     try:
         with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()  # fields 3.. of proc(5); utime, stime are 14, 15
+            fields = (
+                f.read().rsplit(")", 1)[1].split()
+            )  # fields 3.. of proc(5); utime, stime are 14, 15
         total = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
         for task in os.listdir(f"/proc/{pid}/task"):
             with open(f"/proc/{pid}/task/{task}/children") as f:
@@ -118,7 +145,9 @@ def start(batches):
     """Seconds to the first batch (worker start-up included), checking what it holds."""
     t0 = time.perf_counter()
     first = next(batches)
-    assert tuple(first.shape) == (BATCH, SIZE, SIZE, 3) and str(first.dtype).endswith("float32"), first.dtype
+    assert tuple(first.shape) == (BATCH, SIZE, SIZE, 3) and str(first.dtype).endswith("float32"), (
+        first.dtype
+    )
     return time.perf_counter() - t0
 
 
@@ -152,7 +181,9 @@ def window(batches, skip, count):
     t0, cpu = time.perf_counter(), cpu_seconds()
     for _ in range(count):
         touch(next(batches))
-    return count * BATCH / (time.perf_counter() - t0), (cpu_seconds() - cpu) * 1000 / (count * BATCH)
+    return count * BATCH / (time.perf_counter() - t0), (cpu_seconds() - cpu) * 1000 / (
+        count * BATCH
+    )
 
 
 def compare(runs, source, workers, args):
@@ -177,15 +208,22 @@ def compare(runs, source, workers, args):
         batches.close()  # stops its workers
         rates, cpus = zip(*samples[name])
         out[name] = (statistics.median(rates), first[name], statistics.median(cpus))
-        print(f"{name}, {workers} workers: {out[name][0]:.0f} images/s (windows: {', '.join(f'{r:.0f}' for r in rates)}), "
-              f"{out[name][2]:.2f} CPU s per 1000 images, first batch after {first[name]:.2f} s", file=sys.stderr)
+        print(
+            f"{name}, {workers} workers: {out[name][0]:.0f} images/s (windows: {', '.join(f'{r:.0f}' for r in rates)}), "
+            f"{out[name][2]:.2f} CPU s per 1000 images, first batch after {first[name]:.2f} s",
+            file=sys.stderr,
+        )
     return out
 
 
 def cpu_model():
     try:
         out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
-        return next(line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name"))
+        return next(
+            line.split(":", 1)[1].strip()
+            for line in out.splitlines()
+            if line.startswith("Model name")
+        )
     except (OSError, StopIteration, subprocess.SubprocessError):
         return platform.processor() or platform.machine()
 
@@ -198,18 +236,32 @@ def main():
     parser.add_argument("--batches", type=int, default=24)
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
-    runs = {"Frost (process)": frost_batches, "Frost (thread)": lambda s, w: frost_batches(s, w, "thread"),
-            "torch DataLoader": torch_batches, "Grain DataLoader": grain_batches}
+    runs = {
+        "Frost (process)": frost_batches,
+        "Frost (thread)": lambda s, w: frost_batches(s, w, "thread"),
+        "torch DataLoader": torch_batches,
+        "Grain DataLoader": grain_batches,
+    }
     results = {}
     with tempfile.TemporaryDirectory(prefix="frost-bench-") as tmp:
         source = make_folder(pathlib.Path(tmp), args.images)
         for workers in args.workers:
-            chosen = {n: r for n, r in runs.items() if not (n == "Frost (thread)" and workers == 0)}  # same as process
-            results.update({(n, workers): r for n, r in compare(chosen, source, workers, args).items()})
+            chosen = {
+                n: r for n, r in runs.items() if not (n == "Frost (thread)" and workers == 0)
+            }  # same as process
+            results.update(
+                {(n, workers): r for n, r in compare(chosen, source, workers, args).items()}
+            )
 
     def cell(name, workers, i=0, fmt="{:.0f}"):
         r = results.get((name, workers))
-        return "" if r is None else f"failed: {type(r).__name__}" if isinstance(r, Exception) else fmt.format(r[i])
+        return (
+            ""
+            if r is None
+            else f"failed: {type(r).__name__}"
+            if isinstance(r, Exception)
+            else fmt.format(r[i])
+        )
 
     def ratio(workers, peer, i=0):  # images/s: frost / peer; CPU per image (i=2): peer / frost
         mine, theirs = results.get(("Frost (process)", workers)), results.get((peer, workers))
@@ -217,24 +269,40 @@ def main():
             return "n/a"
         return f"{mine[0] / theirs[0]:.2f}" if i == 0 else f"{theirs[i] / mine[i]:.2f}"
 
-    versions = ", ".join(f"{m} {sys.modules[m].__version__}" for m in ("numpy", "torch", "grain") if m in sys.modules)
-    print(f"\n### Image loading: JPEG decode + augment + batch ({args.images} images {SIZE}x{SIZE}, batch {BATCH})\n")
+    versions = ", ".join(
+        f"{m} {sys.modules[m].__version__}" for m in ("numpy", "torch", "grain") if m in sys.modules
+    )
+    print(
+        f"\n### Image loading: JPEG decode + augment + batch ({args.images} images {SIZE}x{SIZE}, batch {BATCH})\n"
+    )
     print(f"- date: {datetime.datetime.now().astimezone():%Y-%m-%d %H:%M %Z}")
-    print(f"- machine: {cpu_model()}, {len(os.sched_getaffinity(0))} cores; python {platform.python_version()}, {versions}")
+    print(
+        f"- machine: {cpu_model()}, {len(os.sched_getaffinity(0))} cores; python {platform.python_version()}, {versions}"
+    )
     print(f"- command: `python {' '.join(shlex.quote(a) for a in sys.argv)}`\n")
     names = list(runs)
-    print("| workers | " + " | ".join(f"{n} img/s" for n in names) + " | frost/torch | frost/grain |")
+    print(
+        "| workers | " + " | ".join(f"{n} img/s" for n in names) + " | frost/torch | frost/grain |"
+    )
     print("| ---: | " + " | ".join("---:" for _ in names) + " | ---: | ---: |")
     for w in args.workers:
-        print(f"| {w} | " + " | ".join(cell(n, w) for n in names) +
-              f" | {ratio(w, 'torch DataLoader')} | {ratio(w, 'Grain DataLoader')} |")
-    print("\nCPU seconds per 1000 images, all processes of the loader (lower is better; peer/frost > 1: "
-          "Frost uses less):\n")
+        print(
+            f"| {w} | "
+            + " | ".join(cell(n, w) for n in names)
+            + f" | {ratio(w, 'torch DataLoader')} | {ratio(w, 'Grain DataLoader')} |"
+        )
+    print(
+        "\nCPU seconds per 1000 images, all processes of the loader (lower is better; peer/frost > 1: "
+        "Frost uses less):\n"
+    )
     print("| workers | " + " | ".join(names) + " | torch/frost | grain/frost |")
     print("| ---: | " + " | ".join("---:" for _ in names) + " | ---: | ---: |")
     for w in args.workers:
-        print(f"| {w} | " + " | ".join(cell(n, w, 2, "{:.2f}") for n in names) +
-              f" | {ratio(w, 'torch DataLoader', 2)} | {ratio(w, 'Grain DataLoader', 2)} |")
+        print(
+            f"| {w} | "
+            + " | ".join(cell(n, w, 2, "{:.2f}") for n in names)
+            + f" | {ratio(w, 'torch DataLoader', 2)} | {ratio(w, 'Grain DataLoader', 2)} |"
+        )
 
 
 if __name__ == "__main__":

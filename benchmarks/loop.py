@@ -9,6 +9,7 @@ every step for non-finite values, keeps the loader state, logs every 20 steps an
 checkpoint at the end). Steps/s is the best of 3 epochs after one warm-up epoch (compilation);
 fit/bare < 1 is the loop's overhead.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,8 +33,13 @@ SIZES = [(256, 64), (1024, 256)]  # (width, batch)
 
 def mlp(width, key):
     k1, k2, k3 = jax.random.split(key, 3)
-    return nn.Sequential(nn.Linear(64, width, key=k1), nn.ReLU(), nn.Linear(width, width, key=k2), nn.ReLU(),
-                         nn.Linear(width, 10, key=k3))
+    return nn.Sequential(
+        nn.Linear(64, width, key=k1),
+        nn.ReLU(),
+        nn.Linear(width, width, key=k2),
+        nn.ReLU(),
+        nn.Linear(width, 10, key=k3),
+    )
 
 
 def bare(step, model, opt_state, loader, key):
@@ -44,7 +50,14 @@ def bare(step, model, opt_state, loader, key):
 
 def with_fit(step, model, opt_state, loader, key):
     with tempfile.TemporaryDirectory() as run_dir:
-        fit(TrainState(model, opt_state, key), step, loader, epochs=1, run_dir=run_dir, progress=False)
+        fit(
+            TrainState(model, opt_state, key),
+            step,
+            loader,
+            epochs=1,
+            run_dir=run_dir,
+            progress=False,
+        )
 
 
 def steps_per_s(runner, width, batch, steps, repeats):
@@ -68,7 +81,10 @@ def main():
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", help="also append the table to this file")
     args = parser.parse_args()
-    lines = ["| model | batch | bare steps/s | fit steps/s | fit/bare |", "| --- | ---: | ---: | ---: | ---: |"]
+    lines = [
+        "| model | batch | bare steps/s | fit steps/s | fit/bare |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
     for width, batch in SIZES:
         b, f = (steps_per_s(r, width, batch, args.steps, args.repeats) for r in (bare, with_fit))
         lines.append(f"| MLP 64-{width}-{width}-10 | {batch} | {b:.0f} | {f:.0f} | {f / b:.2f} |")

@@ -16,6 +16,7 @@ at half rate, so it counts 256 bits there). bfloat16 peak: twice float32 with av
 else the float32 peak (the arithmetic then happens in float32). The error column: the largest
 |Frost result - float64 product of the float32 inputs| over the largest |product|. Needs threadpoolctl.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -79,7 +80,12 @@ def seconds_per_call(fn, budget: float) -> float:
 
 
 def cpu_info() -> dict:
-    info = {"model": platform.processor() or platform.machine(), "vendor": "", "mhz": None, "flags": set()}
+    info = {
+        "model": platform.processor() or platform.machine(),
+        "vendor": "",
+        "mhz": None,
+        "flags": set(),
+    }
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
@@ -103,11 +109,19 @@ def peak_gflops(info: dict, cores: int) -> tuple[float | None, float | None, str
     if not mhz or "fma" not in flags:
         return None, None, "peak unknown (no clock or no FMA in /proc/cpuinfo)"
     intel = info["vendor"] == "GenuineIntel"
-    bits = 512 if "avx512f" in flags and intel else 256 if "avx2" in flags or "avx512f" in flags else 128
+    bits = (
+        512
+        if "avx512f" in flags and intel
+        else 256
+        if "avx2" in flags or "avx512f" in flags
+        else 128
+    )
     fp32 = cores * mhz / 1e3 * 2 * (bits // 32) * 2
     fast_bf16 = "avx512_bf16" in flags or "amx_bf16" in flags
-    how = (f"{cores} cores x {mhz / 1e3:.2f} GHz x 2 FMA units x {bits // 32} lanes ({bits}-bit) x 2 flops; "
-           f"bfloat16 {'2x (avx512_bf16/AMX)' if fast_bf16 else 'as float32 (no avx512_bf16/AMX)'}")
+    how = (
+        f"{cores} cores x {mhz / 1e3:.2f} GHz x 2 FMA units x {bits // 32} lanes ({bits}-bit) x 2 flops; "
+        f"bfloat16 {'2x (avx512_bf16/AMX)' if fast_bf16 else 'as float32 (no avx512_bf16/AMX)'}"
+    )
     return fp32, fp32 * (2 if fast_bf16 else 1), how
 
 
@@ -118,9 +132,15 @@ def main(argv=None) -> int:
     ns = [256, 1024] if args.quick else [256, 1024, 2048, 4096]
     budget = 0.1 if args.quick else 0.3
     cores = os.cpu_count() or 1
-    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
-    done = subprocess.run([sys.executable, "-c", NUMPY_RUN, json.dumps(ns), str(budget)], env=env,
-                          capture_output=True, text=True)
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", NUMPY_RUN, json.dumps(ns), str(budget)],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     if done.returncode != 0:
         raise SystemExit(f"the NumPy measurement failed:\n{done.stderr[-2000:]}")
     numpy_times = json.loads(done.stdout)
@@ -128,26 +148,39 @@ def main(argv=None) -> int:
     import jax
     import jax.numpy as jnp
     import torch
+
     torch.set_num_threads(cores)
-    dot = jax.jit(lambda a, b: a @ b)  # Frost's matmul path: frost.nn.Linear is `x @ self.weight` under jit
+    dot = jax.jit(
+        lambda a, b: a @ b
+    )  # Frost's matmul path: frost.nn.Linear is `x @ self.weight` under jit
     rng = np.random.default_rng(0)
     rows, rate, skipped = [], {}, []
     for dtype in ("float32", "bfloat16"):
         for n in ns:
             a, b = (rng.standard_normal((n, n), dtype=np.float32) for _ in range(2))
             ja, jb = jnp.asarray(a, dtype), jnp.asarray(b, dtype)
-            ta, tb = torch.from_numpy(a).to(getattr(torch, dtype)), torch.from_numpy(b).to(getattr(torch, dtype))
+            ta, tb = (
+                torch.from_numpy(a).to(getattr(torch, dtype)),
+                torch.from_numpy(b).to(getattr(torch, dtype)),
+            )
             ref = a.astype(np.float64) @ b.astype(np.float64)
             err = float(np.abs(np.asarray(dot(ja, jb), np.float64) - ref).max() / np.abs(ref).max())
-            flops = 2 * n ** 3
-            calls = {"frost (jnp @ under jit)": lambda: dot(ja, jb).block_until_ready(),
-                     "PyTorch": lambda: torch.matmul(ta, tb)}
+            flops = 2 * n**3
+            calls = {
+                "frost (jnp @ under jit)": lambda: dot(ja, jb).block_until_ready(),
+                "PyTorch": lambda: torch.matmul(ta, tb),
+            }
             t = {}
-            for lib, call in calls.items():  # a library far below peak at n/2 would take minutes here: skipped
+            for (
+                lib,
+                call,
+            ) in calls.items():  # a library far below peak at n/2 would take minutes here: skipped
                 measured, at = rate.get((dtype, lib), (1e12, 0))
                 if not lib.startswith("frost") and flops / measured > 20:
-                    skipped.append(f"{lib} {dtype} n={n}: skipped (over 20 s a call at {measured / 1e9:.1f} GFLOP/s, "
-                                   f"its rate at n={at})")
+                    skipped.append(
+                        f"{lib} {dtype} n={n}: skipped (over 20 s a call at {measured / 1e9:.1f} GFLOP/s, "
+                        f"its rate at n={at})"
+                    )
                     continue
                 t[lib] = seconds_per_call(call, budget)
                 rate[(dtype, lib)] = flops / t[lib], n
@@ -155,24 +188,52 @@ def main(argv=None) -> int:
                 t["NumPy (OpenBLAS)"] = numpy_times[str(n)]
             frost_t = t["frost (jnp @ under jit)"]
             for lib, s in t.items():
-                rows.append((dtype, n, lib, flops / s / 1e9, frost_t / s, err if lib.startswith("frost") else None,
-                             os.getloadavg()[0]))
+                rows.append(
+                    (
+                        dtype,
+                        n,
+                        lib,
+                        flops / s / 1e9,
+                        frost_t / s,
+                        err if lib.startswith("frost") else None,
+                        os.getloadavg()[0],
+                    )
+                )
                 print(rows[-1], file=sys.stderr, flush=True)
     info = cpu_info()
     fp32_peak, bf16_peak, how = peak_gflops(info, cores)
-    blas = [f"{b.get('internal_api')} {b.get('version')} kernel {b.get('architecture')}, {b.get('num_threads')} threads"
-            for b in numpy_times["blas"] if b.get("user_api") == "blas"]
-    print(f"\n`flock /tmp/frost-bench.lock python benchmarks/matmul.py {' '.join(argv or sys.argv[1:])}`".rstrip())
-    print(f"{info['model']}, {cores} cores, jax {jax.__version__}, torch {torch.__version__}, numpy {np.__version__}; "
-          f"NumPy's BLAS (OPENBLAS_CORETYPE/L2_SIZE unset): {'; '.join(blas) or 'not reported'}")
-    print(f"peak: {how} = " + (f"{fp32_peak:.0f} GFLOP/s float32, {bf16_peak:.0f} bfloat16\n" if fp32_peak else "unknown\n"))
-    print("| dtype | n | library | GFLOP/s | % of peak | frost/peer time | frost max rel. error vs float64 | load |")
+    blas = [
+        f"{b.get('internal_api')} {b.get('version')} kernel {b.get('architecture')}, {b.get('num_threads')} threads"
+        for b in numpy_times["blas"]
+        if b.get("user_api") == "blas"
+    ]
+    print(
+        f"\n`flock /tmp/frost-bench.lock python benchmarks/matmul.py {' '.join(argv or sys.argv[1:])}`".rstrip()
+    )
+    print(
+        f"{info['model']}, {cores} cores, jax {jax.__version__}, torch {torch.__version__}, numpy {np.__version__}; "
+        f"NumPy's BLAS (OPENBLAS_CORETYPE/L2_SIZE unset): {'; '.join(blas) or 'not reported'}"
+    )
+    print(
+        f"peak: {how} = "
+        + (
+            f"{fp32_peak:.0f} GFLOP/s float32, {bf16_peak:.0f} bfloat16\n"
+            if fp32_peak
+            else "unknown\n"
+        )
+    )
+    print(
+        "| dtype | n | library | GFLOP/s | % of peak | frost/peer time | frost max rel. error vs float64 | load |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for dtype, n, lib, gflops, ratio, err, load in rows:
         peak = fp32_peak if dtype == "float32" else bf16_peak
-        print(f"| {dtype} | {n} | {lib} | {gflops:.1f} | {100 * gflops / peak:.0f}% | {ratio:.2f} | "
-              f"{'-' if err is None else f'{err:.1e}'} | {load:.1f} |" if peak else
-              f"| {dtype} | {n} | {lib} | {gflops:.1f} | - | {ratio:.2f} | {'-' if err is None else f'{err:.1e}'} | {load:.1f} |")
+        print(
+            f"| {dtype} | {n} | {lib} | {gflops:.1f} | {100 * gflops / peak:.0f}% | {ratio:.2f} | "
+            f"{'-' if err is None else f'{err:.1e}'} | {load:.1f} |"
+            if peak
+            else f"| {dtype} | {n} | {lib} | {gflops:.1f} | - | {ratio:.2f} | {'-' if err is None else f'{err:.1e}'} | {load:.1f} |"
+        )
     for line in skipped:
         print(f"- {line}")
     return 0

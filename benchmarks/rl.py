@@ -23,6 +23,7 @@
    (2 actor processes) against the same torch PPO on AsyncVectorEnv(8) (and SyncVectorEnv), same
    hyper-parameters; whole run (start-up included) and steady state (after the first update).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -46,7 +47,9 @@ from _common import header  # noqa: E402
 from frost.rl import actors, anakin, envs, ppo  # noqa: E402
 from frost.rl.run import _evaluator  # noqa: E402
 
-SAME_STEP = gymnasium.vector.AutoresetMode.SAME_STEP  # reset in the step that ends an episode, as frost.rl
+SAME_STEP = (
+    gymnasium.vector.AutoresetMode.SAME_STEP
+)  # reset in the step that ends an episode, as frost.rl
 
 
 def median_rate(run, count, repeats=5):
@@ -72,17 +75,27 @@ def jnp_run(reset, step, n, steps, drawn_inside=True):
     """A timed call: a jitted scan of `steps` vmapped steps of n envs. drawn_inside: each step
     splits a key for the envs and draws random actions, as a rollout does; else the keys and
     actions are precomputed and the scan times the env step alone."""
+
     def body(state, x):
         if drawn_inside:
             k_act, k_step = jax.random.split(x)
-            keys, actions = jax.random.split(k_step, n), jax.random.randint(k_act, (n,), 0, 2, jnp.int32)
+            keys, actions = (
+                jax.random.split(k_step, n),
+                jax.random.randint(k_act, (n,), 0, 2, jnp.int32),
+            )
         else:
             keys, actions = x
         out = jax.vmap(step)(keys, state, actions)
-        return out[1], out[2].sum()  # (obs, state, reward, ...): gymnax 1.0 returns terminated and truncated
+        return out[1], out[
+            2
+        ].sum()  # (obs, state, reward, ...): gymnax 1.0 returns terminated and truncated
+
     xs = jax.random.split(jax.random.key(1), steps)
     if not drawn_inside:
-        xs = (jax.random.split(jax.random.key(2), (steps, n)), jax.random.randint(jax.random.key(3), (steps, n), 0, 2))
+        xs = (
+            jax.random.split(jax.random.key(2), (steps, n)),
+            jax.random.randint(jax.random.key(3), (steps, n), 0, 2),
+        )
     run = jax.jit(lambda state, xs: lax.scan(body, state, xs))
     state = jax.vmap(reset)(jax.random.split(jax.random.key(0), n))[1]
     return lambda: jax.block_until_ready(run(state, xs))
@@ -95,6 +108,7 @@ def gym_rate(vec, n, steps):
     def run():
         for a in actions:
             vec.step(a)
+
     try:
         return median_rate(run, n * steps, repeats=3)
     finally:
@@ -103,6 +117,7 @@ def gym_rate(vec, n, steps):
 
 def part_envs(quick):
     import gymnax
+
     frost_env = envs.make("cartpole")
     gx, params = gymnax.make("CartPole-v1")
     make = functools.partial(gymnasium.make, "CartPole-v1")
@@ -111,64 +126,108 @@ def part_envs(quick):
     for n in (1, 64, 4096):
         steps = max(200_000 // n // scale, 20)  # jnp: scan length
         gsteps = max(20_000 // n // scale, 5)  # gymnasium: vector steps
-        gx_reset, gx_step = (lambda k: gx.reset(k, params)), (lambda k, s, a: gx.step(k, s, a, params))
-        row = {"envs": n, **median_rates({
-            "frost": jnp_run(frost_env.reset, frost_env.step, n, steps),
-            "gymnax": jnp_run(gx_reset, gx_step, n, steps),
-            "frost_step": jnp_run(frost_env.reset, frost_env.step, n, steps, drawn_inside=False),
-            "gymnax_step": jnp_run(gx_reset, gx_step, n, steps, drawn_inside=False)}, n * steps),
-               "sync": gym_rate(gymnasium.vector.SyncVectorEnv([make] * n, autoreset_mode=SAME_STEP), n, gsteps),
-               "vector": gym_rate(gymnasium.make_vec("CartPole-v1", n, vectorization_mode="vector_entry_point"), n,
-                                  gsteps)}
+        gx_reset, gx_step = (
+            (lambda k: gx.reset(k, params)),
+            (lambda k, s, a: gx.step(k, s, a, params)),
+        )
+        row = {
+            "envs": n,
+            **median_rates(
+                {
+                    "frost": jnp_run(frost_env.reset, frost_env.step, n, steps),
+                    "gymnax": jnp_run(gx_reset, gx_step, n, steps),
+                    "frost_step": jnp_run(
+                        frost_env.reset, frost_env.step, n, steps, drawn_inside=False
+                    ),
+                    "gymnax_step": jnp_run(gx_reset, gx_step, n, steps, drawn_inside=False),
+                },
+                n * steps,
+            ),
+            "sync": gym_rate(
+                gymnasium.vector.SyncVectorEnv([make] * n, autoreset_mode=SAME_STEP), n, gsteps
+            ),
+            "vector": gym_rate(
+                gymnasium.make_vec("CartPole-v1", n, vectorization_mode="vector_entry_point"),
+                n,
+                gsteps,
+            ),
+        }
         if n <= (1 if quick else 64):
-            row["async"] = gym_rate(gymnasium.vector.AsyncVectorEnv([make] * n, autoreset_mode=SAME_STEP), n,
-                                    max(gsteps // 4, 5))
+            row["async"] = gym_rate(
+                gymnasium.vector.AsyncVectorEnv([make] * n, autoreset_mode=SAME_STEP),
+                n,
+                max(gsteps // 4, 5),
+            )
         print(row, file=sys.stderr, flush=True)
         rows.append(row)
-    out = ["| envs | Frost jnp | gymnax | frost/gymnax | Frost, step alone | gymnax, step alone | frost/gymnax, "
-           "step alone | gymnasium Sync | gymnasium Async | gymnasium CartPoleVectorEnv | frost/Sync | frost/Async | "
-           "frost/vector |", "|" + " ---: |" * 13]
+    out = [
+        "| envs | Frost jnp | gymnax | frost/gymnax | Frost, step alone | gymnax, step alone | frost/gymnax, "
+        "step alone | gymnasium Sync | gymnasium Async | gymnasium CartPoleVectorEnv | frost/Sync | frost/Async | "
+        "frost/vector |",
+        "|" + " ---: |" * 13,
+    ]
     for r in rows:
         a = r.get("async")
         rate, ratio = ("n/a", "n/a") if a is None else (f"{a:,.0f}", f"{r['frost'] / a:.1f}")
-        out.append(f"| {r['envs']} | {r['frost']:,.0f} | {r['gymnax']:,.0f} | {r['frost'] / r['gymnax']:.2f} | "
-                   f"{r['frost_step']:,.0f} | {r['gymnax_step']:,.0f} | {r['frost_step'] / r['gymnax_step']:.2f} | "
-                   f"{r['sync']:,.0f} | {rate} | {r['vector']:,.0f} | {r['frost'] / r['sync']:.1f} | {ratio} | "
-                   f"{r['frost'] / r['vector']:.1f} |")
+        out.append(
+            f"| {r['envs']} | {r['frost']:,.0f} | {r['gymnax']:,.0f} | {r['frost'] / r['gymnax']:.2f} | "
+            f"{r['frost_step']:,.0f} | {r['gymnax_step']:,.0f} | {r['frost_step'] / r['gymnax_step']:.2f} | "
+            f"{r['sync']:,.0f} | {rate} | {r['vector']:,.0f} | {r['frost'] / r['sync']:.1f} | {ratio} | "
+            f"{r['frost'] / r['vector']:.1f} |"
+        )
     return "env steps/s, random policy, CartPole-v1\n\n" + "\n".join(out)
 
 
 # --- CleanRL's ppo.py, in PyTorch ------------------------------------------------------------------
+
 
 def torch_ppo(vec, cfg: ppo.Config, seed: int, on_update):
     """CleanRL ppo.py (Huang et al. 2022) on a gymnasium vector env of cfg.num_envs envs; calls
     `on_update(u, steps, train_return, policy)` after each update (True from it stops the run)."""
     import torch
     from torch import nn
+
     torch.manual_seed(seed)
     np.random.seed(seed)  # the minibatch order, as CleanRL seeds it
-    torch.set_num_threads(1)  # its fastest for 64-wide layers; 2 threads on 2 busy cores measured 5-8x slower
+    torch.set_num_threads(
+        1
+    )  # its fastest for 64-wide layers; 2 threads on 2 busy cores measured 5-8x slower
 
     def layer(n_in, n_out, std):
         lin = nn.Linear(n_in, n_out)
         nn.init.orthogonal_(lin.weight, std)
         nn.init.constant_(lin.bias, 0.0)
         return lin
+
     obs_dim, n_act = vec.single_observation_space.shape[0], vec.single_action_space.n
-    actor = nn.Sequential(layer(obs_dim, cfg.hidden, 2 ** 0.5), nn.Tanh(), layer(cfg.hidden, cfg.hidden, 2 ** 0.5),
-                          nn.Tanh(), layer(cfg.hidden, n_act, 0.01))
-    critic = nn.Sequential(layer(obs_dim, cfg.hidden, 2 ** 0.5), nn.Tanh(), layer(cfg.hidden, cfg.hidden, 2 ** 0.5),
-                           nn.Tanh(), layer(cfg.hidden, 1, 1.0))
+    actor = nn.Sequential(
+        layer(obs_dim, cfg.hidden, 2**0.5),
+        nn.Tanh(),
+        layer(cfg.hidden, cfg.hidden, 2**0.5),
+        nn.Tanh(),
+        layer(cfg.hidden, n_act, 0.01),
+    )
+    critic = nn.Sequential(
+        layer(obs_dim, cfg.hidden, 2**0.5),
+        nn.Tanh(),
+        layer(cfg.hidden, cfg.hidden, 2**0.5),
+        nn.Tanh(),
+        layer(cfg.hidden, 1, 1.0),
+    )
     params = list(actor.parameters()) + list(critic.parameters())
     opt = torch.optim.Adam(params, lr=cfg.lr, eps=1e-5)
     T, N = cfg.num_steps, cfg.num_envs
-    obs_b, act_b, logp_b, rew_b, done_b, val_b = (torch.zeros((T, N, obs_dim)), *(torch.zeros((T, N)) for _ in range(5)))
+    obs_b, act_b, logp_b, rew_b, done_b, val_b = (
+        torch.zeros((T, N, obs_dim)),
+        *(torch.zeros((T, N)) for _ in range(5)),
+    )
     next_obs, next_done = torch.tensor(vec.reset(seed=seed)[0]), torch.zeros(N)
     running, finished = np.zeros(N), []
 
     def policy(obs):  # greedy, for evaluation
         with torch.no_grad():
             return actor(torch.as_tensor(obs)).argmax(-1).numpy()
+
     for u in range(cfg.updates):
         opt.param_groups[0]["lr"] = (1.0 - u / cfg.updates) * cfg.lr
         for t in range(T):
@@ -183,11 +242,21 @@ def torch_ppo(vec, cfg: ppo.Config, seed: int, on_update):
             running += reward
             finished += list(running[done])
             running[done] = 0.0
-            rew_b[t], next_obs, next_done = torch.tensor(reward), torch.tensor(obs), torch.tensor(done, dtype=torch.float32)
-        with torch.no_grad():  # GAE, CleanRL's indexing: done_b[t] marks obs_b[t] as an episode's first
+            rew_b[t], next_obs, next_done = (
+                torch.tensor(reward),
+                torch.tensor(obs),
+                torch.tensor(done, dtype=torch.float32),
+            )
+        with (
+            torch.no_grad()
+        ):  # GAE, CleanRL's indexing: done_b[t] marks obs_b[t] as an episode's first
             next_value, adv, last = critic(next_obs)[:, 0], torch.zeros((T, N)), 0.0
             for t in reversed(range(T)):
-                live, nv = (1.0 - next_done, next_value) if t == T - 1 else (1.0 - done_b[t + 1], val_b[t + 1])
+                live, nv = (
+                    (1.0 - next_done, next_value)
+                    if t == T - 1
+                    else (1.0 - done_b[t + 1], val_b[t + 1])
+                )
                 delta = rew_b[t] + cfg.gamma * nv * live - val_b[t]
                 adv[t] = last = delta + cfg.gamma * cfg.gae_lambda * live * last
             ret = adv + val_b
@@ -196,12 +265,14 @@ def torch_ppo(vec, cfg: ppo.Config, seed: int, on_update):
         for _ in range(cfg.epochs):
             order = np.random.permutation(T * N)
             for start in range(0, T * N, size):
-                i = order[start:start + size]
+                i = order[start : start + size]
                 o, a, lp, ad, rt, v = (x[i] for x in b)
                 dist = torch.distributions.Categorical(logits=actor(o))
                 ratio = (dist.log_prob(a.long()) - lp).exp()
                 ad = (ad - ad.mean()) / (ad.std() + 1e-8)
-                pg = torch.max(-ad * ratio, -ad * ratio.clamp(1 - cfg.clip_eps, 1 + cfg.clip_eps)).mean()
+                pg = torch.max(
+                    -ad * ratio, -ad * ratio.clamp(1 - cfg.clip_eps, 1 + cfg.clip_eps)
+                ).mean()
                 value = critic(o)[:, 0]
                 clipped = v + (value - v).clamp(-cfg.clip_eps, cfg.clip_eps)
                 v_loss = 0.5 * torch.max((value - rt) ** 2, (clipped - rt) ** 2).mean()
@@ -232,7 +303,9 @@ def frost_solve(seeds, cfg):
     Anakin program, the clock started before compiling; stops once every seed has solved."""
     env, per_update = envs.make("cartpole"), cfg.num_envs * cfg.num_steps
     solved, paused, t0 = {}, 0.0, time.perf_counter()
-    keys = jax.vmap(lambda s: jax.random.fold_in(jax.random.key(s), 1 << 20))(np.asarray(seeds, np.uint32))
+    keys = jax.vmap(lambda s: jax.random.fold_in(jax.random.key(s), 1 << 20))(
+        np.asarray(seeds, np.uint32)
+    )
 
     def on_chunk(runner, metrics, done):
         nonlocal paused
@@ -246,6 +319,7 @@ def frost_solve(seeds, cfg):
                 solved[s] = (now, done * per_update)
         if len(solved) == len(seeds):
             raise Solved
+
     init, iteration = ppo.anakin(env, cfg)
     try:
         anakin.run(init, iteration, seeds, cfg.updates, on_chunk, chunk=EVAL_EVERY)
@@ -259,8 +333,11 @@ def part_solve(seeds, torch_cap):
     # Frost cold (nothing compiled yet), then warm: a second run that finds its programs in JAX's
     # persistent compilation cache, as a second `JAX_COMPILATION_CACHE_DIR=... frost rl ppo` would.
     with tempfile.TemporaryDirectory() as cache:
-        for name, value in (("jax_compilation_cache_dir", cache), ("jax_persistent_cache_min_compile_time_secs", 0),
-                            ("jax_persistent_cache_min_entry_size_bytes", 0)):
+        for name, value in (
+            ("jax_compilation_cache_dir", cache),
+            ("jax_persistent_cache_min_compile_time_secs", 0),
+            ("jax_persistent_cache_min_entry_size_bytes", 0),
+        ):
             jax.config.update(name, value)
         frost = {"cold": frost_solve(seeds, cfg), "warm": frost_solve(seeds, cfg)}
         jax.config.update("jax_compilation_cache_dir", None)
@@ -280,8 +357,11 @@ def part_solve(seeds, torch_cap):
             if r >= GOAL:
                 state["solved"] = (now, steps)
             return state["solved"] is not None or steps >= torch_cap
-        vec = gymnasium.vector.SyncVectorEnv([functools.partial(gymnasium.make, "CartPole-v1")] * cfg.num_envs,
-                                             autoreset_mode=SAME_STEP)
+
+        vec = gymnasium.vector.SyncVectorEnv(
+            [functools.partial(gymnasium.make, "CartPole-v1")] * cfg.num_envs,
+            autoreset_mode=SAME_STEP,
+        )
         torch_ppo(vec, cfg, s, on_update)
         torch_rows[s] = state["solved"]
         print("torch", s, state["solved"], file=sys.stderr, flush=True)
@@ -291,22 +371,36 @@ def part_solve(seeds, torch_cap):
 
     def ratio(t, f):
         return f"{t[0] / f[0]:.1f}" if t and f else "n/a"
+
     n = len(seeds)
-    out = [f"| seed | Frost Anakin PPO, cold ({n} seeds in one program) | Frost, warm compile cache | "
-           "torch PPO + SyncVectorEnv | torch/frost cold | torch/frost warm |", "| ---: |" + " ---: |" * 5]
+    out = [
+        f"| seed | Frost Anakin PPO, cold ({n} seeds in one program) | Frost, warm compile cache | "
+        "torch PPO + SyncVectorEnv | torch/frost cold | torch/frost warm |",
+        "| ---: |" + " ---: |" * 5,
+    ]
     for s in seeds:
         c, w, t = frost["cold"][s], frost["warm"][s], torch_rows[s]
         out.append(f"| {s} | {cell(c)} | {cell(w)} | {cell(t)} | {ratio(t, c)} | {ratio(t, w)} |")
-    med = {k: statistics.median([x[0] for x in d.values() if x]) if any(d.values()) else math.nan
-           for k, d in (("cold", frost["cold"]), ("warm", frost["warm"]), ("torch", torch_rows))}
-    out.append(f"| median | {med['cold']:.1f} s | {med['warm']:.1f} s | {med['torch']:.1f} s | "
-               f"{med['torch'] / med['cold']:.1f} | {med['torch'] / med['warm']:.1f} |")
-    last = {k: max((x[0] for x in frost[k].values() if x), default=math.nan) for k in ("cold", "warm")}
-    out.append(f"| all {n} solved, per seed | {last['cold'] / n:.1f} s | {last['warm'] / n:.1f} s | "
-               f"{med['torch']:.1f} s (median) | {med['torch'] * n / last['cold']:.1f} | "
-               f"{med['torch'] * n / last['warm']:.1f} |")
-    return (f"seconds to a mean evaluation return >= {GOAL:g} (100 greedy episodes), CartPole-v1; "
-            f"torch capped at {torch_cap // 1000}k steps\n\n" + "\n".join(out))
+    med = {
+        k: statistics.median([x[0] for x in d.values() if x]) if any(d.values()) else math.nan
+        for k, d in (("cold", frost["cold"]), ("warm", frost["warm"]), ("torch", torch_rows))
+    }
+    out.append(
+        f"| median | {med['cold']:.1f} s | {med['warm']:.1f} s | {med['torch']:.1f} s | "
+        f"{med['torch'] / med['cold']:.1f} | {med['torch'] / med['warm']:.1f} |"
+    )
+    last = {
+        k: max((x[0] for x in frost[k].values() if x), default=math.nan) for k in ("cold", "warm")
+    }
+    out.append(
+        f"| all {n} solved, per seed | {last['cold'] / n:.1f} s | {last['warm'] / n:.1f} s | "
+        f"{med['torch']:.1f} s (median) | {med['torch'] * n / last['cold']:.1f} | "
+        f"{med['torch'] * n / last['warm']:.1f} |"
+    )
+    return (
+        f"seconds to a mean evaluation return >= {GOAL:g} (100 greedy episodes), CartPole-v1; "
+        f"torch capped at {torch_cap // 1000}k steps\n\n" + "\n".join(out)
+    )
 
 
 def part_sebulba(steps):
@@ -323,29 +417,54 @@ def part_sebulba(steps):
         steady = (done - cfg.num_envs * cfg.num_steps) / (marks[-1] - marks[0])
         rows.append((name, done / total, steady))
         print(rows[-1], file=sys.stderr, flush=True)
+
     for deterministic in (False, True):
-        timed(f"Frost Sebulba, 2 actors{', deterministic' if deterministic else ''}",
-              lambda mark, d=deterministic: ppo.sebulba(make, cfg, 0, 2, d, on_update=lambda u, m: mark()))
-    for name, vec in (("AsyncVectorEnv", gymnasium.vector.AsyncVectorEnv), ("SyncVectorEnv", gymnasium.vector.SyncVectorEnv)):
-        timed(f"torch PPO + {name}",
-              lambda mark, vec=vec: torch_ppo(vec([make] * 8, autoreset_mode=SAME_STEP), cfg, 0,
-                                              lambda *a: mark()))
+        timed(
+            f"Frost Sebulba, 2 actors{', deterministic' if deterministic else ''}",
+            lambda mark, d=deterministic: ppo.sebulba(
+                make, cfg, 0, 2, d, on_update=lambda u, m: mark()
+            ),
+        )
+    for name, vec in (
+        ("AsyncVectorEnv", gymnasium.vector.AsyncVectorEnv),
+        ("SyncVectorEnv", gymnasium.vector.SyncVectorEnv),
+    ):
+        timed(
+            f"torch PPO + {name}",
+            lambda mark, vec=vec: torch_ppo(
+                vec([make] * 8, autoreset_mode=SAME_STEP), cfg, 0, lambda *a: mark()
+            ),
+        )
     base = {r[0]: r for r in rows}["torch PPO + AsyncVectorEnv"]
-    out = ["| PPO on gymnasium CartPole-v1, 8 envs | steps/s, whole run | steps/s, steady | "
-           "frost/Async whole | frost/Async steady |", "| --- | ---: | ---: | ---: | ---: |"]
+    out = [
+        "| PPO on gymnasium CartPole-v1, 8 envs | steps/s, whole run | steps/s, steady | "
+        "frost/Async whole | frost/Async steady |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
     for name, whole, steady in rows:
-        out.append(f"| {name} | {whole:,.0f} | {steady:,.0f} | {whole / base[1]:.2f} | {steady / base[2]:.2f} |")
+        out.append(
+            f"| {name} | {whole:,.0f} | {steady:,.0f} | {whole / base[1]:.2f} | {steady / base[2]:.2f} |"
+        )
     return f"training env steps/s, {steps // 1000}k steps\n\n" + "\n".join(out)
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--quick", action="store_true", help="small counts, 1 seed: checks that everything runs")
-    p.add_argument("--part", choices=("envs", "solve", "sebulba"), action="append", help="run only these parts")
+    p.add_argument(
+        "--quick", action="store_true", help="small counts, 1 seed: checks that everything runs"
+    )
+    p.add_argument(
+        "--part", choices=("envs", "solve", "sebulba"), action="append", help="run only these parts"
+    )
     args = p.parse_args()
     parts = args.part or ["envs", "solve", "sebulba"]
     seeds = [0] if args.quick else [0, 1, 2, 3, 4]
-    report = [header("frost.rl: environments, Anakin PPO, Sebulba PPO", libraries=("jax", "gymnax", "gymnasium", "torch"))]
+    report = [
+        header(
+            "frost.rl: environments, Anakin PPO, Sebulba PPO",
+            libraries=("jax", "gymnax", "gymnasium", "torch"),
+        )
+    ]
     if "envs" in parts:
         report.append(part_envs(args.quick))
     if "solve" in parts:

@@ -21,6 +21,7 @@ collectives; they are not a speed-up. On GPUs the same script times real devices
 (jax.devices()[:N] in one process). "vs 1 device" is the 1-device step time over the row's
 (> 1: faster than one device).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -53,15 +54,22 @@ def time_strategy(n: int, strategy: str, args) -> dict:
         mesh = parallel.make_mesh(data=n, devices=devices)
     parallel.check_batch(mesh, args.batch_size)
     cfg = configs.LMConfig()
-    model = jax.jit(lambda k: gpt.GPT(cfg.vocab_size, cfg.dim, cfg.depth, cfg.heads, cfg.seq_len, rotary=True,
-                                      key=k))(jax.random.key(0))
+    model = jax.jit(
+        lambda k: gpt.GPT(
+            cfg.vocab_size, cfg.dim, cfg.depth, cfg.heads, cfg.seq_len, rotary=True, key=k
+        )
+    )(jax.random.key(0))
     opt = optim.adamw(1e-3, weight_decay=0.1)
     tree = {"model": model, "opt_state": opt.init(model)}
     shardings = parallel.STRATEGIES[strategy](tree, mesh)
     tree = parallel.put(tree, shardings)
     batch_sh = parallel.batch_sharding(mesh)
-    step = loop.make_train_step(opt, shardings=(shardings["model"], shardings["opt_state"], batch_sh))
-    tokens = np.random.default_rng(0).integers(0, cfg.vocab_size, (args.batch_size, cfg.seq_len + 1), np.int32)
+    step = loop.make_train_step(
+        opt, shardings=(shardings["model"], shardings["opt_state"], batch_sh)
+    )
+    tokens = np.random.default_rng(0).integers(
+        0, cfg.vocab_size, (args.batch_size, cfg.seq_len + 1), np.int32
+    )
     batch = parallel.global_batch((tokens[:, :-1], tokens[:, 1:]), batch_sh)  # (B, T), (B, T)
     state = [tree["model"], tree["opt_state"], None]
 
@@ -69,12 +77,22 @@ def time_strategy(n: int, strategy: str, args) -> dict:
         state[0], state[1], metrics = step(state[0], state[1], batch, jax.random.key(0))
         return metrics["loss"]
 
-    timing = measure(run, lambda loss: float(jax.block_until_ready(loss)), warmup=args.warmup, steps=args.steps)
+    timing = measure(
+        run, lambda loss: float(jax.block_until_ready(loss)), warmup=args.warmup, steps=args.steps
+    )
     per_device = sum(leaf.addressable_shards[0].data.nbytes for leaf in jax.tree.leaves(state[0]))
     total = sum(leaf.nbytes for leaf in jax.tree.leaves(state[0]))
-    return {"devices": n, "strategy": strategy, "mesh": dict(mesh.shape), "step_s": timing.step_s,
-            "compile_s": timing.compile_s, "loss": timing.loss, "param_bytes_per_device": per_device,
-            "param_bytes": total, "platform": devices[0].platform}
+    return {
+        "devices": n,
+        "strategy": strategy,
+        "mesh": dict(mesh.shape),
+        "step_s": timing.step_s,
+        "compile_s": timing.compile_s,
+        "loss": timing.loss,
+        "param_bytes_per_device": per_device,
+        "param_bytes": total,
+        "platform": devices[0].platform,
+    }
 
 
 def child(args) -> None:
@@ -85,37 +103,66 @@ def child(args) -> None:
             try:
                 row = time_strategy(n, strategy, args)
             except Exception as e:  # noqa: BLE001 - report the failing row, go on
-                row = {"devices": n, "strategy": strategy, "error": one_line(f"{type(e).__name__}: {e}")}
+                row = {
+                    "devices": n,
+                    "strategy": strategy,
+                    "error": one_line(f"{type(e).__name__}: {e}"),
+                }
             print(json.dumps(row), flush=True)
 
 
 def spawn(args, n: int | None) -> list:
     """Run the child part in a subprocess (with n forced CPU devices when n is given)."""
     env = dict(os.environ)
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", "--batch-size", str(args.batch_size),
-           "--steps", str(args.steps), "--warmup", str(args.warmup), "--strategies", ",".join(args.strategies)]
+    cmd = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--child",
+        "--batch-size",
+        str(args.batch_size),
+        "--steps",
+        str(args.steps),
+        "--warmup",
+        str(args.warmup),
+        "--strategies",
+        ",".join(args.strategies),
+    ]
     if n is None:
         cmd += ["--devices", ",".join(map(str, args.devices))]
     else:
         cmd += ["--devices", str(n)]
         env["JAX_PLATFORMS"] = "cpu"
-        env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={n}".strip()
-    print(f"== {' '.join(cmd[2:])}" + (f"  ({n} CPU devices)" if n else ""), file=sys.stderr, flush=True)
+        env["XLA_FLAGS"] = (
+            f"{env.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={n}".strip()
+        )
+    print(
+        f"== {' '.join(cmd[2:])}" + (f"  ({n} CPU devices)" if n else ""),
+        file=sys.stderr,
+        flush=True,
+    )
     done = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, text=True, timeout=args.timeout)
     rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode and not rows:
-        rows = [{"devices": n, "strategy": s, "error": f"child exited with {done.returncode}"} for s in args.strategies]
+        rows = [
+            {"devices": n, "strategy": s, "error": f"child exited with {done.returncode}"}
+            for s in args.strategies
+        ]
     for row in rows:
         print(json.dumps(row), file=sys.stderr, flush=True)
     return rows
 
 
 def report(rows: list, args) -> str:
-    base = next((r for r in rows if r.get("devices") == 1 and r.get("strategy") == "dp" and "step_s" in r), None)
+    base = next(
+        (r for r in rows if r.get("devices") == 1 and r.get("strategy") == "dp" and "step_s" in r),
+        None,
+    )
     tokens = args.batch_size * 128
-    out = ["| devices | strategy | mesh | ms/step | tokens/s | vs 1 device | compile s | loss | loss - 1-device loss "
-           "| param MB / device |",
-           "| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    out = [
+        "| devices | strategy | mesh | ms/step | tokens/s | vs 1 device | compile s | loss | loss - 1-device loss "
+        "| param MB / device |",
+        "| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
     for r in rows:
         if "error" in r:
             out.append(f"| {r['devices']} | {r['strategy']} | | failed: {r['error']} | | | | | | |")
@@ -123,9 +170,11 @@ def report(rows: list, args) -> str:
         mesh = " x ".join(f"{k}={v}" for k, v in r["mesh"].items() if v > 1) or "1"
         speed = f"{base['step_s'] / r['step_s']:.2f}" if base else "n/a"
         diff = f"{r['loss'] - base['loss']:+.1e}" if base else "n/a"
-        out.append(f"| {r['devices']} | {r['strategy']} | {mesh} | {1e3 * r['step_s']:.1f} | "
-                   f"{tokens / r['step_s']:,.0f} | {speed} | {r['compile_s']:.1f} | {r['loss']:.5f} | {diff} | "
-                   f"{r['param_bytes_per_device'] / 1e6:.2f} of {r['param_bytes'] / 1e6:.2f} |")
+        out.append(
+            f"| {r['devices']} | {r['strategy']} | {mesh} | {1e3 * r['step_s']:.1f} | "
+            f"{tokens / r['step_s']:,.0f} | {speed} | {r['compile_s']:.1f} | {r['loss']:.5f} | {diff} | "
+            f"{r['param_bytes_per_device'] / 1e6:.2f} of {r['param_bytes'] / 1e6:.2f} |"
+        )
     return "\n".join(out)
 
 
@@ -134,7 +183,9 @@ def main() -> None:
     p.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     p.add_argument("--devices", default="1,2,4,8", help="comma-separated device counts")
     p.add_argument("--strategies", default="dp,fsdp,tp", help="comma-separated: dp, fsdp, tp")
-    p.add_argument("--batch-size", type=int, default=32, help="global batch (sequences of 128 tokens)")
+    p.add_argument(
+        "--batch-size", type=int, default=32, help="global batch (sequences of 128 tokens)"
+    )
     p.add_argument("--steps", type=int, default=5, help="timed steps (median)")
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--timeout", type=int, default=600, help="seconds per subprocess")

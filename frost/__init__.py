@@ -6,11 +6,24 @@
 
 Sub-packages load on first use, so `import frost` stays cheap.
 """
+
 import importlib
 
 __version__ = "0.1.0"
-_SUBMODULES = ("nn", "optim", "data", "text", "models", "train", "datasets", "kernels", "parallel", "rl", "audit",
-               "interop")
+_SUBMODULES = (
+    "nn",
+    "optim",
+    "data",
+    "text",
+    "models",
+    "train",
+    "datasets",
+    "kernels",
+    "parallel",
+    "rl",
+    "audit",
+    "interop",
+)
 
 
 def __getattr__(name):

@@ -9,6 +9,7 @@ target, and the folder fsynced, so a reader sees the old file or the new one, ne
 and a crash after `write` returns loses nothing. Files are created with mode 0o666 minus the
 user's umask, as `open()` would (not mkstemp's 0o600).
 """
+
 import contextlib
 import io
 import os
@@ -42,7 +43,10 @@ def write(path, data) -> pathlib.Path:
     a token file larger than memory) atomically and durably."""
     path = pathlib.Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with _renaming(tmp, path, lambda tmp: tmp.unlink(missing_ok=True)), open(tmp, "wb") as f:  # mode 0o666 - umask
+    with (
+        _renaming(tmp, path, lambda tmp: tmp.unlink(missing_ok=True)),
+        open(tmp, "wb") as f,
+    ):  # mode 0o666 - umask
         for part in [data] if isinstance(data, (bytes, bytearray, memoryview, str)) else data:
             f.write(part.encode("utf-8") if isinstance(part, str) else part)
         f.flush()

@@ -11,6 +11,7 @@ line) or FROST_DEBUG=1 shows the traceback instead.
 Memory: the command runs with glibc's malloc backing its memory by transparent huge pages; see
 `huge_pages`.
 """
+
 import argparse
 import importlib
 import os
@@ -18,12 +19,20 @@ import sys
 
 from frost.config import FrostError, UsageError
 
-TOPICS = ("frost.train.cli", "frost.text.cli", "frost.rl.cli", "frost.audit.cli")  # each has add_commands(subparsers)
+TOPICS = (
+    "frost.train.cli",
+    "frost.text.cli",
+    "frost.rl.cli",
+    "frost.audit.cli",
+)  # each has add_commands(subparsers)
 
 
 def _build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="frost", description="Frost: a readable deep-learning stack on JAX. "
-                                     "Add --debug to any command to see tracebacks.")
+    parser = argparse.ArgumentParser(
+        prog="frost",
+        description="Frost: a readable deep-learning stack on JAX. "
+        "Add --debug to any command to see tracebacks.",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for topic in TOPICS:
         importlib.import_module(topic).add_commands(sub)
@@ -47,7 +56,11 @@ def huge_pages() -> None:
     `GLIBC_TUNABLES=glibc.malloc.hugetlb=1 python ...`.
     """
     tunables = os.environ.get("GLIBC_TUNABLES", "")
-    if sys.platform != "linux" or "glibc.malloc.hugetlb" in tunables or os.environ.get("FROST_NO_HUGE_PAGES") == "1":
+    if (
+        sys.platform != "linux"
+        or "glibc.malloc.hugetlb" in tunables
+        or os.environ.get("FROST_NO_HUGE_PAGES") == "1"
+    ):
         return
     env = {**os.environ, "GLIBC_TUNABLES": ":".join(filter(None, (tunables, HUGE_PAGES)))}
     sys.stdout.flush(), sys.stderr.flush()

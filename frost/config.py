@@ -18,6 +18,7 @@ that one line as `frost: error: ...` and exits 2. `UsageError` is the class of e
 mistake Frost reports (bad flags, missing or too-small data, stale run directories); its base
 `FrostError` covers errors that are not a mistake but need no traceback either (exit 1).
 """
+
 import argparse
 import dataclasses
 import importlib.util
@@ -36,7 +37,9 @@ class UsageError(FrostError, ValueError):
 
 def option(default, help: str, check=None, choices=None, cli: bool = True):
     """A config field with its help text, its check, and its allowed values."""
-    return dataclasses.field(default=default, metadata={"help": help, "check": check, "choices": choices, "cli": cli})
+    return dataclasses.field(
+        default=default, metadata={"help": help, "check": check, "choices": choices, "cli": cli}
+    )
 
 
 def flag(name: str) -> str:
@@ -51,6 +54,7 @@ def needs(module: str, what: str, install: str) -> None:
 
 # --- checks: value -> None if allowed, else what is allowed ---
 
+
 def positive(x):
     return None if isinstance(x, (int, float)) and math.isfinite(x) and x > 0 else "must be > 0"
 
@@ -61,8 +65,11 @@ def nonnegative(x):
 
 def whole(low: int):
     """A whole number (not a bool) of at least `low`."""
-    return lambda x: None if isinstance(x, int) and not isinstance(x, bool) and x >= low else \
-        f"must be a whole number >= {low}"
+    return lambda x: (
+        None
+        if isinstance(x, int) and not isinstance(x, bool) and x >= low
+        else f"must be a whole number >= {low}"
+    )
 
 
 def optional(check):
@@ -87,8 +94,11 @@ class Checked:
         for f in dataclasses.fields(self):
             meta, value = _meta(type(self), f.name), getattr(self, f.name)
             choices, check = meta.get("choices"), meta.get("check")
-            problem = (f"choose one of {', '.join(map(str, choices))}" if choices is not None and value not in choices
-                       else check and check(value))  # the allowed values first, then the check
+            problem = (
+                f"choose one of {', '.join(map(str, choices))}"
+                if choices is not None and value not in choices
+                else check and check(value)
+            )  # the allowed values first, then the check
             if problem:
                 raise UsageError(f"{flag(f.name)} {value!r}: {problem}")
         self.check()
@@ -116,11 +126,20 @@ def add_options(parser: argparse.ArgumentParser, classes, labels=None) -> None:
     for name, (hint, meta, defaults) in seen.items():
         kind, choices = _arg_type(hint), meta.get("choices")
         values = {repr(d) for _, d in defaults}
-        default = ("" if values == {"None"} else f" (default {defaults[0][1]})" if len(values) == 1 else
-                   " (default " + ", ".join(f"{d} ({label})" for label, d in defaults) + ")")
+        default = (
+            ""
+            if values == {"None"}
+            else f" (default {defaults[0][1]})"
+            if len(values) == 1
+            else " (default " + ", ".join(f"{d} ({label})" for label, d in defaults) + ")"
+        )
         help = (meta.get("help", "") + default).replace("%", "%%")
-        how = ({"action": argparse.BooleanOptionalAction} if kind is bool else  # --x / --no-x
-               {"type": kind, "choices": choices, "metavar": None if choices else name.upper()})
+        how = (
+            {"action": argparse.BooleanOptionalAction}
+            if kind is bool
+            # --x / --no-x
+            else {"type": kind, "choices": choices, "metavar": None if choices else name.upper()}
+        )
         parser.add_argument(flag(name), default=None, help=help, **how)
     parser.set_defaults(_config_options=tuple(seen))
 
@@ -128,9 +147,12 @@ def add_options(parser: argparse.ArgumentParser, classes, labels=None) -> None:
 def from_args(cls, args: argparse.Namespace, command: str = "this command", **fixed):
     """Build `cls` from the options given on the command line (plus `fixed` values). An option
     given that `cls` has no field for is refused, never ignored."""
-    given = {k: getattr(args, k) for k in getattr(args, "_config_options", ()) if getattr(args, k) is not None}
+    given = {
+        k: getattr(args, k)
+        for k in getattr(args, "_config_options", ())
+        if getattr(args, k) is not None
+    }
     stray = sorted(set(given) - {f.name for f in dataclasses.fields(cls)})
     if stray:
         raise UsageError(f"{', '.join(flag(s) for s in stray)}: not an option of {command}")
     return cls(**{**given, **fixed})
-

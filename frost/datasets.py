@@ -5,13 +5,16 @@
 Files are looked for in $FROST_DATA (when set; it then replaces the default places) and its
 sub-folder named after the data set, else in the place the system package installs them.
 """
+
 import os
 import pathlib
 
 from frost.data.sources import read_cifar, read_idx_pair
 
-_FASHION = {"train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
-            "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")}
+_FASHION = {
+    "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
+    "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
+}
 
 
 def _dirs(name, default):
@@ -31,31 +34,50 @@ def _find(splits, split, dirs, dataset, how):
         if all(paths):
             return paths
     where = ", ".join(str(d) for d in dirs) or "nowhere (no default location)"
-    raise FileNotFoundError(f"{dataset} not found: looked for {', '.join(files)} (or .gz) in {where}. {how}")
+    raise FileNotFoundError(
+        f"{dataset} not found: looked for {', '.join(files)} (or .gz) in {where}. {how}"
+    )
 
 
 def fashion_mnist(split: str = "train"):
     """(images (N, 28, 28, 1) uint8, labels (N,) int32); N = 60000 (train) or 10000 (test)."""
-    paths = _find(_FASHION, split, _dirs("fashion-mnist", "/usr/share/datasets/fashion-mnist"), "Fashion-MNIST",
-                  "Install it with `sudo apt-get install dataset-fashion-mnist` (Debian/Ubuntu), or set "
-                  "FROST_DATA to a directory holding the four IDX files.")
+    paths = _find(
+        _FASHION,
+        split,
+        _dirs("fashion-mnist", "/usr/share/datasets/fashion-mnist"),
+        "Fashion-MNIST",
+        "Install it with `sudo apt-get install dataset-fashion-mnist` (Debian/Ubuntu), or set "
+        "FROST_DATA to a directory holding the four IDX files.",
+    )
     return read_idx_pair(*paths)
 
 
 def _cifar(kind, split, root, folder, files):
     dirs = [pathlib.Path(root)] if root else _dirs(folder, None)
-    paths = _find(files, split, dirs, f"CIFAR-{kind}",
-                  f"Download https://www.cs.toronto.edu/~kriz/cifar-{kind}-binary.tar.gz, extract it and pass "
-                  f"root=<path to {folder}> or set FROST_DATA to the directory holding {folder}/.")
+    paths = _find(
+        files,
+        split,
+        dirs,
+        f"CIFAR-{kind}",
+        f"Download https://www.cs.toronto.edu/~kriz/cifar-{kind}-binary.tar.gz, extract it and pass "
+        f"root=<path to {folder}> or set FROST_DATA to the directory holding {folder}/.",
+    )
     return read_cifar(paths, kind=kind)
 
 
 def cifar10(split: str = "train", root=None):
     """(images (N, 32, 32, 3) uint8, labels (N,) int32) from the CIFAR-10 binary files."""
-    return _cifar(10, split, root, "cifar-10-batches-bin",
-                  {"train": [f"data_batch_{i}.bin" for i in range(1, 6)], "test": ["test_batch.bin"]})
+    return _cifar(
+        10,
+        split,
+        root,
+        "cifar-10-batches-bin",
+        {"train": [f"data_batch_{i}.bin" for i in range(1, 6)], "test": ["test_batch.bin"]},
+    )
 
 
 def cifar100(split: str = "train", root=None):
     """(images (N, 32, 32, 3) uint8, fine labels (N,) int32) from the CIFAR-100 binary files."""
-    return _cifar(100, split, root, "cifar-100-binary", {"train": ["train.bin"], "test": ["test.bin"]})
+    return _cifar(
+        100, split, root, "cifar-100-binary", {"train": ["train.bin"], "test": ["test.bin"]}
+    )

@@ -14,6 +14,7 @@ and (kh, kw, in, out); transformers' GPT-2 `Conv1D` is (in, out) already, so onl
 random initialisation), compares them with the file's, and reports every missing key,
 unexpected key and differing shape in one `WeightsError` (a `frost.config.UsageError`).
 """
+
 import json
 import pathlib
 
@@ -26,9 +27,19 @@ from frost import atomic
 from frost.config import UsageError
 from frost.models import gpt, resnet
 
-GPT2_LAYERS = {"ln1": "ln_1", "ln2": "ln_2", "qkv": "attn.c_attn", "proj": "attn.c_proj", "fc": "mlp.c_fc",
-               "out": "mlp.c_proj"}
-GPT2_GELU = {"gelu_new": True, "gelu_pytorch_tanh": True, "gelu": False}  # name -> tanh approximation?
+GPT2_LAYERS = {
+    "ln1": "ln_1",
+    "ln2": "ln_2",
+    "qkv": "attn.c_attn",
+    "proj": "attn.c_proj",
+    "fc": "mlp.c_fc",
+    "out": "mlp.c_proj",
+}
+GPT2_GELU = {
+    "gelu_new": True,
+    "gelu_pytorch_tanh": True,
+    "gelu": False,
+}  # name -> tanh approximation?
 # Frost layout -> torch's, by rank: (in, out) -> (out, in); (kh, kw, in, out) -> (out, in, kh, kw); and back
 TORCH_AXES, FROST_AXES = {2: (1, 0), 4: (3, 2, 0, 1)}, {2: (1, 0), 4: (2, 3, 1, 0)}
 RESNETS = {"resnet18": resnet.resnet18, "resnet34": resnet.resnet34, "resnet50": resnet.resnet50}
@@ -41,24 +52,38 @@ class WeightsError(UsageError):
 def _named_leaves(tree, rename) -> list:
     """[(peer name, transposed?, leaf)] for the leaves of `tree` in order; `rename(path, ndim)` names
     them from their dotted PyTree path ('blocks.0.qkv.weight')."""
-    return [(*rename(jax.tree_util.keystr(tree_path, simple=True, separator="."), len(leaf.shape)), leaf)
-            for tree_path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]]
+    return [
+        (
+            *rename(jax.tree_util.keystr(tree_path, simple=True, separator="."), len(leaf.shape)),
+            leaf,
+        )
+        for tree_path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]
+    ]
 
 
 def _brief(keys, limit=8) -> str:
     keys = sorted(keys)
-    return ", ".join(keys[:limit]) + (f" (and {len(keys) - limit} more)" if len(keys) > limit else "") or "none"
+    return (
+        ", ".join(keys[:limit]) + (f" (and {len(keys) - limit} more)" if len(keys) > limit else "")
+        or "none"
+    )
 
 
 def read_weights(source) -> dict:
     """A state dict from a safetensors file, a .pth/.bin file (read with torch.load(weights_only=True),
     when torch is installed), or a dict of arrays or torch tensors."""
     if isinstance(source, dict):  # torch tensors (bf16 too) or arrays
-        return {k: v.detach().cpu().float().numpy() if hasattr(v, "detach") and v.is_floating_point()
-                else np.asarray(v) for k, v in source.items()}
+        return {
+            k: v.detach().cpu().float().numpy()
+            if hasattr(v, "detach") and v.is_floating_point()
+            else np.asarray(v)
+            for k, v in source.items()
+        }
     if not isinstance(source, (str, pathlib.Path)):
-        raise UsageError(f"weights: expected a file path or a dict of arrays, got {type(source).__name__}"
-                         + (" (pass its .state_dict())" if hasattr(source, "state_dict") else ""))
+        raise UsageError(
+            f"weights: expected a file path or a dict of arrays, got {type(source).__name__}"
+            + (" (pass its .state_dict())" if hasattr(source, "state_dict") else "")
+        )
     path = pathlib.Path(source)
     if not path.is_file():
         raise UsageError(f"{path}: no such weights file")
@@ -66,8 +91,10 @@ def read_weights(source) -> dict:
         try:
             import torch
         except ImportError:
-            raise UsageError(f"{path}: reading a PyTorch file needs torch installed; or convert it to "
-                             "safetensors (safetensors.torch.save_file)") from None
+            raise UsageError(
+                f"{path}: reading a PyTorch file needs torch installed; or convert it to "
+                "safetensors (safetensors.torch.save_file)"
+            ) from None
         try:
             loaded = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as e:  # noqa: BLE001 - pickle and zip errors alike; weights_only refuses code
@@ -76,7 +103,9 @@ def read_weights(source) -> dict:
             raise UsageError(f"{path}: holds a {type(loaded).__name__}, not a state dict")
         return read_weights(loaded)
     try:
-        return {k: np.asarray(v) for k, v in load_file(str(path)).items()}  # the flax reader: bfloat16 too
+        return {
+            k: np.asarray(v) for k, v in load_file(str(path)).items()
+        }  # the flax reader: bfloat16 too
     except Exception as e:  # noqa: BLE001 - safetensors' own error types; the file is named either way
         raise UsageError(f"{path}: not a readable safetensors file ({e})") from None
 
@@ -84,26 +113,44 @@ def read_weights(source) -> dict:
 def _fill(template, weights: dict, rename, source, ignore=()):
     """`template` (a tree of ShapeDtypeStructs) filled from `weights` {peer name: array}; `rename(path,
     ndim)` gives a leaf's (peer name, transposed?). Keys ending in `ignore` may be left over."""
-    wanted = {name: (leaf, t, tuple(leaf.shape[i] for i in TORCH_AXES[leaf.ndim]) if t else tuple(leaf.shape))
-              for name, t, leaf in _named_leaves(template, rename)}  # peer name -> (leaf, transposed?, peer's shape)
+    wanted = {
+        name: (
+            leaf,
+            t,
+            tuple(leaf.shape[i] for i in TORCH_AXES[leaf.ndim]) if t else tuple(leaf.shape),
+        )
+        for name, t, leaf in _named_leaves(template, rename)
+    }  # peer name -> (leaf, transposed?, peer's shape)
     missing = set(wanted) - set(weights)
     unexpected = {k for k in set(weights) - set(wanted) if not k.endswith(tuple(ignore))}
-    shapes = [f"{k} {list(weights[k].shape)} (the model's is {list(s)})" for k, (_, _, s) in wanted.items()
-              if k in weights and tuple(weights[k].shape) != s]
+    shapes = [
+        f"{k} {list(weights[k].shape)} (the model's is {list(s)})"
+        for k, (_, _, s) in wanted.items()
+        if k in weights and tuple(weights[k].shape) != s
+    ]
     if missing or unexpected or shapes:
-        raise WeightsError(f"{source}: the weights do not fit the model: missing keys: {_brief(missing)}; "
-                           f"unexpected keys: {_brief(unexpected)}; shapes that differ: {_brief(shapes)}")
-    leaves = [jnp.asarray((weights[k].transpose(FROST_AXES[leaf.ndim]) if t else weights[k]).astype(leaf.dtype))
-              for k, (leaf, t, _) in wanted.items()]
+        raise WeightsError(
+            f"{source}: the weights do not fit the model: missing keys: {_brief(missing)}; "
+            f"unexpected keys: {_brief(unexpected)}; shapes that differ: {_brief(shapes)}"
+        )
+    leaves = [
+        jnp.asarray(
+            (weights[k].transpose(FROST_AXES[leaf.ndim]) if t else weights[k]).astype(leaf.dtype)
+        )
+        for k, (leaf, t, _) in wanted.items()
+    ]
     return jax.tree.unflatten(jax.tree.structure(template), leaves)
 
 
 def _export(model, rename) -> dict:
-    return {name: np.array(np.asarray(leaf).transpose(TORCH_AXES[leaf.ndim]) if t else leaf, order="C")
-            for name, t, leaf in _named_leaves(model, rename)}  # np.array: a writable copy
+    return {
+        name: np.array(np.asarray(leaf).transpose(TORCH_AXES[leaf.ndim]) if t else leaf, order="C")
+        for name, t, leaf in _named_leaves(model, rename)
+    }  # np.array: a writable copy
 
 
 # --- GPT-2 (transformers' GPT2LMHeadModel) ---
+
 
 def _gpt2_name(path: str, ndim: int) -> tuple[str, bool]:
     parts = path.split(".")
@@ -111,25 +158,42 @@ def _gpt2_name(path: str, ndim: int) -> tuple[str, bool]:
         return f"transformer.h.{parts[1]}.{GPT2_LAYERS[parts[2]]}.{parts[3]}", False
     if parts[0] == "head":
         return "lm_head.weight", True
-    return {"embed.weight": "transformer.wte.weight", "pos": "transformer.wpe.weight"}.get(path, "transformer." + path), False
+    return {"embed.weight": "transformer.wte.weight", "pos": "transformer.wpe.weight"}.get(
+        path, "transformer." + path
+    ), False
 
 
 def _gpt2_options(config: dict, source) -> dict:
     """GPT's constructor arguments for a transformers GPT2Config (its defaults fill missing fields)."""
     if config.get("model_type") != "gpt2":
-        raise UsageError(f"{source}: model_type {config.get('model_type')!r}, but only 'gpt2' checkpoints load")
+        raise UsageError(
+            f"{source}: model_type {config.get('model_type')!r}, but only 'gpt2' checkpoints load"
+        )
     dim, act = config.get("n_embd", 768), config.get("activation_function", "gelu_new")
-    unsupported = [f"{k}={config.get(k)!r}" for k, ok in [
-        ("activation_function", act in GPT2_GELU), ("n_inner", config.get("n_inner") in (None, 4 * dim)),
-        ("scale_attn_weights", config.get("scale_attn_weights", True)),
-        ("scale_attn_by_inverse_layer_idx", not config.get("scale_attn_by_inverse_layer_idx")),
-        ("add_cross_attention", not config.get("add_cross_attention"))] if not ok]
+    unsupported = [
+        f"{k}={config.get(k)!r}"
+        for k, ok in [
+            ("activation_function", act in GPT2_GELU),
+            ("n_inner", config.get("n_inner") in (None, 4 * dim)),
+            ("scale_attn_weights", config.get("scale_attn_weights", True)),
+            ("scale_attn_by_inverse_layer_idx", not config.get("scale_attn_by_inverse_layer_idx")),
+            ("add_cross_attention", not config.get("add_cross_attention")),
+        ]
+        if not ok
+    ]
     if unsupported:
         raise UsageError(f"{source}: Frost's GPT does not support {', '.join(unsupported)}")
-    return dict(vocab_size=config.get("vocab_size", 50257), dim=dim, depth=config.get("n_layer", 12),
-                heads=config.get("n_head", 12), max_len=config.get("n_positions", 1024), rotary=False,
-                tie_weights=config.get("tie_word_embeddings", True), gelu_approximate=GPT2_GELU[act],
-                eps=config.get("layer_norm_epsilon", 1e-5))
+    return dict(
+        vocab_size=config.get("vocab_size", 50257),
+        dim=dim,
+        depth=config.get("n_layer", 12),
+        heads=config.get("n_head", 12),
+        max_len=config.get("n_positions", 1024),
+        rotary=False,
+        tie_weights=config.get("tie_word_embeddings", True),
+        gelu_approximate=GPT2_GELU[act],
+        eps=config.get("layer_norm_epsilon", 1e-5),
+    )
 
 
 def load_hf_gpt2(path, dtype=jnp.float32) -> gpt.GPT:
@@ -145,28 +209,52 @@ def load_hf_gpt2(path, dtype=jnp.float32) -> gpt.GPT:
     if index.is_file():
         files = sorted(set(json.loads(index.read_text()).get("weight_map", {}).values()))
     else:
-        files = [next((f for f in ("model.safetensors", "pytorch_model.bin") if (path / f).is_file()), "model.safetensors")]
+        files = [
+            next(
+                (f for f in ("model.safetensors", "pytorch_model.bin") if (path / f).is_file()),
+                "model.safetensors",
+            )
+        ]
     weights = {k: v for f in files for k, v in read_weights(path / f).items()}
     if not any(k.startswith("transformer.") for k in weights):  # saved from GPT2Model: no prefix
-        weights = {("" if k.startswith("lm_head.") else "transformer.") + k: v for k, v in weights.items()}
+        weights = {
+            ("" if k.startswith("lm_head.") else "transformer.") + k: v for k, v in weights.items()
+        }
     template = jax.eval_shape(lambda k: gpt.GPT(**options, key=k), jax.random.key(0))
     template = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, dtype), template)
-    ignore = (".attn.bias", ".attn.masked_bias") + (("lm_head.weight",) if options["tie_weights"] else ())
+    ignore = (".attn.bias", ".attn.masked_bias") + (
+        ("lm_head.weight",) if options["tie_weights"] else ()
+    )
     return _fill(template, weights, _gpt2_name, path, ignore)
 
 
 def save_hf_gpt2(model: gpt.GPT, path) -> pathlib.Path:
     """Write `model` as a transformers GPT-2 checkpoint folder (config.json + model.safetensors)."""
     if model.pos is None:
-        raise UsageError("save_hf_gpt2: this GPT uses rotary positions, which GPT-2 does not have; "
-                         "only a GPT(rotary=False) (learned positions) can be written as GPT-2")
+        raise UsageError(
+            "save_hf_gpt2: this GPT uses rotary positions, which GPT-2 does not have; "
+            "only a GPT(rotary=False) (learned positions) can be written as GPT-2"
+        )
     block, (vocab, dim) = model.blocks[0], model.embed.weight.shape
-    config = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": vocab, "n_embd": dim,
-              "n_positions": model.max_len, "n_layer": len(model.blocks), "n_head": block.heads, "n_inner": None,
-              "activation_function": "gelu_new" if block.gelu_approximate else "gelu",
-              "layer_norm_epsilon": block.ln1.eps, "tie_word_embeddings": model.head is None,
-              "resid_pdrop": block.drop.p, "embd_pdrop": 0.0, "attn_pdrop": 0.0, "bos_token_id": None,
-              "eos_token_id": None, "dtype": np.dtype(model.embed.weight.dtype).name}
+    config = {
+        "architectures": ["GPT2LMHeadModel"],
+        "model_type": "gpt2",
+        "vocab_size": vocab,
+        "n_embd": dim,
+        "n_positions": model.max_len,
+        "n_layer": len(model.blocks),
+        "n_head": block.heads,
+        "n_inner": None,
+        "activation_function": "gelu_new" if block.gelu_approximate else "gelu",
+        "layer_norm_epsilon": block.ln1.eps,
+        "tie_word_embeddings": model.head is None,
+        "resid_pdrop": block.drop.p,
+        "embd_pdrop": 0.0,
+        "attn_pdrop": 0.0,
+        "bos_token_id": None,
+        "eos_token_id": None,
+        "dtype": np.dtype(model.embed.weight.dtype).name,
+    }
     path = pathlib.Path(path)
     path.mkdir(parents=True, exist_ok=True)
     weights = {k: jnp.asarray(v) for k, v in _export(model, _gpt2_name).items()}
@@ -176,6 +264,7 @@ def save_hf_gpt2(model: gpt.GPT, path) -> pathlib.Path:
 
 
 # --- torchvision ResNets ---
+
 
 def _resnet_rename(model):
     """The renaming rule of `model`'s leaves. Each block's torchvision prefix ('layer2.0') comes from
@@ -187,12 +276,17 @@ def _resnet_rename(model):
 
     def rename(path: str, ndim: int) -> tuple[str, bool]:
         """(torchvision name, transposed?): conv and fc weights (ndim >= 2) are transposed."""
-        p = path.split(".")  # stem.layers.1.running_mean, blocks.4.shortcut.layers.0.weight, head.bias
+        p = path.split(
+            "."
+        )  # stem.layers.1.running_mean, blocks.4.shortcut.layers.0.weight, head.bias
         if p[0] == "stem":
             return ("conv1." if p[2] == "0" else "bn1.") + p[3], ndim >= 2
         if p[0] == "head":
             return "fc." + p[1], ndim >= 2
-        return stages[int(p[1])] + "." + ".".join(p[2:]).replace("shortcut.layers", "downsample"), ndim >= 2
+        return stages[int(p[1])] + "." + ".".join(p[2:]).replace(
+            "shortcut.layers", "downsample"
+        ), ndim >= 2
+
     return rename
 
 
@@ -206,17 +300,25 @@ def load_torch_resnet(state_dict, name: str) -> resnet.ResNet:
     classes = fc.shape[0] if fc is not None and fc.ndim == 2 else 1000
     channels = conv1.shape[1] if conv1 is not None and conv1.ndim == 4 else 3
     template = jax.eval_shape(lambda k: RESNETS[name](classes, channels, key=k), jax.random.key(0))
-    source = state_dict if isinstance(state_dict, (str, pathlib.Path)) else f"load_torch_resnet(..., {name!r})"
-    return _fill(template, weights, _resnet_rename(template), source, ignore=("num_batches_tracked",))
+    source = (
+        state_dict
+        if isinstance(state_dict, (str, pathlib.Path))
+        else f"load_torch_resnet(..., {name!r})"
+    )
+    return _fill(
+        template, weights, _resnet_rename(template), source, ignore=("num_batches_tracked",)
+    )
 
 
 def torch_state_dict(model: resnet.ResNet) -> dict:
     """{torchvision name: numpy array} of an ImageNet-family Frost ResNet, for
     `torch_model.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})`."""
     if len(model.stem) != 4:
-        raise UsageError("torch_state_dict: only the ImageNet ResNets (resnet18/34/50, 7x7 stem and max-pool) "
-                         "have torchvision names")
+        raise UsageError(
+            "torch_state_dict: only the ImageNet ResNets (resnet18/34/50, 7x7 stem and max-pool) "
+            "have torchvision names"
+        )
     state = _export(model, _resnet_rename(model))
     for key in [k for k in state if k.endswith("running_var")]:
-        state[key[:-len("running_var")] + "num_batches_tracked"] = np.zeros((), np.int64)
+        state[key[: -len("running_var")] + "num_batches_tracked"] = np.zeros((), np.int64)
     return state

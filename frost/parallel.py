@@ -11,6 +11,7 @@ are no hand-written collectives here. Across machines, `initialize` starts JAX's
 multi-process runtime; each process feeds its share of the global batch
 (`global_batch`), which the sampler's per-process shard provides.
 """
+
 import os
 
 import jax
@@ -25,8 +26,10 @@ def make_mesh(data: int | None = None, model: int = 1, devices=None) -> Mesh:
     devices = list(jax.devices() if devices is None else devices)
     data = len(devices) // model if data is None else data
     if data * model != len(devices) or data < 1 or model < 1:
-        raise UsageError(f"mesh data={data} x model={model} = {data * model} devices, but {len(devices)} are "
-                         f"visible; choose sizes whose product is {len(devices)}")
+        raise UsageError(
+            f"mesh data={data} x model={model} = {data * model} devices, but {len(devices)} are "
+            f"visible; choose sizes whose product is {len(devices)}"
+        )
     return Mesh(np.asarray(devices).reshape(data, model), ("data", "model"))
 
 
@@ -46,7 +49,9 @@ def _fsdp_spec(shape, size: int, axis: str) -> P:
 def fsdp(tree, mesh: Mesh, axis: str = "data"):
     """Fully sharded data parallel (Zhao et al. 2023, PyTorch FSDP; ZeRO-3): every parameter and
     optimizer-state array split along its largest divisible axis over `axis`."""
-    return jax.tree.map(lambda x: NamedSharding(mesh, _fsdp_spec(np.shape(x), mesh.shape[axis], axis)), tree)
+    return jax.tree.map(
+        lambda x: NamedSharding(mesh, _fsdp_spec(np.shape(x), mesh.shape[axis], axis)), tree
+    )
 
 
 def tensor_parallel(tree, mesh: Mesh, axis: str = "model"):
@@ -64,6 +69,7 @@ def tensor_parallel(tree, mesh: Mesh, axis: str = "model"):
         if "blocks" in names and layer in row and leaf == "weight":
             return NamedSharding(mesh, P(axis, None))
         return NamedSharding(mesh, P())
+
     return jax.tree_util.tree_map_with_path(spec, tree)
 
 
@@ -74,33 +80,44 @@ def batch_sharding(mesh: Mesh, axis: str = "data") -> NamedSharding:
 
 def check_batch(mesh: Mesh, batch_size: int, axis: str = "data") -> None:
     if batch_size % mesh.shape[axis]:
-        raise UsageError(f"--batch-size {batch_size} is not divisible by mesh axis '{axis}' of size "
-                         f"{mesh.shape[axis]}; choose a batch size that is a multiple of {mesh.shape[axis]}")
+        raise UsageError(
+            f"--batch-size {batch_size} is not divisible by mesh axis '{axis}' of size "
+            f"{mesh.shape[axis]}; choose a batch size that is a multiple of {mesh.shape[axis]}"
+        )
 
 
 def put(tree, shardings):
     """Place host-identical arrays (same values in every process) with `shardings`; each process
     builds only its own shards, so this works across processes where `jax.device_put` may not."""
+
     def place(x, sharding):
         host = np.asarray(x)
         return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
+
     return jax.tree.map(place, tree, shardings)
 
 
 def global_batch(local_batch, sharding: NamedSharding):
     """This process's rows of the global batch (a tree of numpy arrays) -> global jax.Arrays."""
-    return jax.tree.map(lambda x: jax.make_array_from_process_local_data(sharding, np.asarray(x)), local_batch)
+    return jax.tree.map(
+        lambda x: jax.make_array_from_process_local_data(sharding, np.asarray(x)), local_batch
+    )
 
 
 STRATEGIES = {"dp": replicated, "fsdp": fsdp, "tp": tensor_parallel}
 
 
 def parse_mesh(spec: str) -> dict:
-    """"data=4,model=2" -> {"data": 4, "model": 2}."""
+    """ "data=4,model=2" -> {"data": 4, "model": 2}."""
     try:
-        sizes = {k.strip(): int(v) for k, v in (part.split("=") for part in spec.split(",") if part.strip())}
+        sizes = {
+            k.strip(): int(v)
+            for k, v in (part.split("=") for part in spec.split(",") if part.strip())
+        }
     except ValueError:
-        raise UsageError(f"--mesh {spec!r}: expected AXIS=SIZE pairs such as data=4 or data=4,model=2") from None
+        raise UsageError(
+            f"--mesh {spec!r}: expected AXIS=SIZE pairs such as data=4 or data=4,model=2"
+        ) from None
     if set(sizes) - {"data", "model"} or not sizes or min(sizes.values()) < 1:
         raise UsageError(f"--mesh {spec!r}: the axes are data and model, each of size >= 1")
     return sizes
@@ -116,7 +133,9 @@ def distribute(tree, mesh_spec: str, strategy: str, batch_size: int):
     return put(tree, shardings), shardings, batch_sharding(mesh)
 
 
-def initialize(coordinator: str | None = None, num_processes: int | None = None, process_id: int | None = None):
+def initialize(
+    coordinator: str | None = None, num_processes: int | None = None, process_id: int | None = None
+):
     """Start JAX's multi-process runtime (no-op for a single process). Arguments default to the
     environment: FROST_COORDINATOR, FROST_NUM_PROCESSES, FROST_PROCESS_ID."""
     coordinator = coordinator or os.environ.get("FROST_COORDINATOR")
@@ -125,7 +144,9 @@ def initialize(coordinator: str | None = None, num_processes: int | None = None,
     if num_processes <= 1:
         return
     if coordinator is None:
-        raise UsageError("multi-process training needs --coordinator HOST:PORT (or FROST_COORDINATOR)")
+        raise UsageError(
+            "multi-process training needs --coordinator HOST:PORT (or FROST_COORDINATOR)"
+        )
     if jax.config.jax_platforms in (None, "", "cpu") or os.environ.get("JAX_PLATFORMS") == "cpu":
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(coordinator, num_processes, process_id)

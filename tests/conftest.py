@@ -1,4 +1,5 @@
 """Strict JAX modes for every test: CPU only, no silent dtype or rank promotion."""
+
 import os
 import tempfile
 
@@ -12,7 +13,9 @@ os.environ["FROST_CACHE"] = tempfile.mkdtemp(prefix="frost-test-cache-")
 # are the same; results can differ from the default's in the last bits, as between two CPUs.
 # Give the level in XLA_FLAGS yourself to test another.
 if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0").strip()
+    os.environ["XLA_FLAGS"] = (
+        os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0"
+    ).strip()
 
 import jax  # noqa: E402
 import pytest  # noqa: E402

@@ -5,6 +5,7 @@
 
 Prints one JSON line with the losses (and byte counts) for the test to compare.
 """
+
 import functools
 import json
 import os
@@ -33,7 +34,9 @@ def init(build):
     return jax.tree.map(jnp.array, _built(build))
 
 
-def resnet8(key):  # resnet20's layout (CIFAR stem, 16/32/64 channels, option-A shortcuts), one block a stage
+def resnet8(
+    key,
+):  # resnet20's layout (CIFAR stem, 16/32/64 channels, option-A shortcuts), one block a stage
     return resnet.ResNet(resnet.BasicBlock, (1, 1, 1), (16, 32, 64), 10, 3, False, "A", key=key)
 
 
@@ -46,7 +49,12 @@ def resnet_setup():
     x = rng.standard_normal((64, 8, 8, 3)).astype(np.float32)
     y = rng.integers(0, 10, 64).astype(np.int32)
     model = init(resnet8)
-    return model, optim.sgd(0.05, momentum=0.9, nesterov=True, weight_decay=5e-4), (x, y), classification_loss
+    return (
+        model,
+        optim.sgd(0.05, momentum=0.9, nesterov=True, weight_decay=5e-4),
+        (x, y),
+        classification_loss,
+    )
 
 
 def gpt_loss(model, batch, key):
@@ -70,12 +78,23 @@ def losses(setup, mesh=None, strategy=None, batch=16):
         tree = {"model": model, "opt_state": opt_state}
         sh = strategy(tree, mesh)
         shardings = (sh["model"], sh["opt_state"], parallel.batch_sharding(mesh))
-        model, opt_state = parallel.put(model, sh["model"]), parallel.put(opt_state, sh["opt_state"])
-        nbytes = sum(leaf.addressable_shards[0].data.nbytes for leaf in jax.tree.leaves(model))  # one device
+        model, opt_state = (
+            parallel.put(model, sh["model"]),
+            parallel.put(opt_state, sh["opt_state"]),
+        )
+        nbytes = sum(
+            leaf.addressable_shards[0].data.nbytes for leaf in jax.tree.leaves(model)
+        )  # one device
     step = loop.make_train_step(opt, loss_fn, shardings=shardings)
     out = []
-    with data.Loader(data.Arrays(*arrays), batch, seed=0, drop_last=True,
-                     process_index=jax.process_index(), process_count=jax.process_count()) as loader:
+    with data.Loader(
+        data.Arrays(*arrays),
+        batch,
+        seed=0,
+        drop_last=True,
+        process_index=jax.process_index(),
+        process_count=jax.process_count(),
+    ) as loader:
         for i, local in zip(range(STEPS), loader):
             b = parallel.global_batch(local, shardings[2]) if mesh is not None else local
             model, opt_state, metrics = step(model, opt_state, b, jax.random.key(i))
@@ -94,7 +113,9 @@ def main():
             "resnet_fsdp": losses(resnet_setup, mesh8, parallel.fsdp),
             "gpt_1": losses(gpt_setup),
             "gpt_fsdp": losses(gpt_setup, mesh8, parallel.fsdp),
-            "gpt_tp": losses(gpt_setup, parallel.make_mesh(data=4, model=2), parallel.tensor_parallel),
+            "gpt_tp": losses(
+                gpt_setup, parallel.make_mesh(data=4, model=2), parallel.tensor_parallel
+            ),
         }
         try:
             parallel.check_batch(mesh8, 12)
@@ -109,7 +130,9 @@ def main():
         if count > 1:
             parallel.initialize(f"127.0.0.1:{port}", count, index)
         mesh = parallel.make_mesh()
-        result = losses(resnet_setup, mesh, parallel.replicated) if count > 1 else losses(resnet_setup)
+        result = (
+            losses(resnet_setup, mesh, parallel.replicated) if count > 1 else losses(resnet_setup)
+        )
         result["process_count"] = jax.process_count()
     print(json.dumps(result), flush=True)
 

@@ -10,6 +10,7 @@ Tolerances (max abs error, on N(0, 1) inputs and cotangents; the reference compu
 Each case is one jitted value-and-grad, so one compile covers the forward and both backward
 kernels; tiny blocks (16) keep several blocks per sequence in play.
 """
+
 import jax
 import jax.export
 import jax.numpy as jnp
@@ -21,7 +22,9 @@ from frost.nn import attention as nn_attention
 
 TOL = {jnp.float32: 1e-5, jnp.float16: 4e-3, jnp.bfloat16: 3e-2}
 SMALL = BlockSizes(16, 16, 16, 16, 16, 16)
-MIXED = BlockSizes(block_q=32, block_k=16, block_q_dkv=16, block_k_dkv=32, block_q_dq=32, block_k_dq=16)
+MIXED = BlockSizes(
+    block_q=32, block_k=16, block_q_dkv=16, block_k_dkv=32, block_q_dq=32, block_k_dq=16
+)
 
 
 def inputs(key, b, t, s, h, d, dtype, masked):
@@ -43,10 +46,16 @@ FAST_COMPILE = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive
 
 def value_and_grads(fn, q, k, v, do):
     """Output and d<out, do>/d(q, k, v), in one jitted call."""
+
     def loss(q, k, v):
         out = fn(q, k, v)
         return jnp.sum(out.astype(jnp.float32) * do.astype(jnp.float32)), out
-    step = jax.jit(jax.value_and_grad(loss, (0, 1, 2), has_aux=True)).lower(q, k, v).compile(FAST_COMPILE)
+
+    step = (
+        jax.jit(jax.value_and_grad(loss, (0, 1, 2), has_aux=True))
+        .lower(q, k, v)
+        .compile(FAST_COMPILE)
+    )
     (_, out), grads = step(q, k, v)
     return (out, *grads)
 
@@ -62,7 +71,17 @@ def assert_close(got, want, dtype, names=("out", "dq", "dk", "dv")):
 CASES = [  # b, t, s, h, d, causal, masked, dtype, blocks
     (1, 16, 16, 1, 64, False, False, jnp.float32, SMALL),  # one block exactly
     (2, 67, 67, 1, 64, True, True, jnp.float32, SMALL),  # 67 = 4.2 blocks
-    (2, 67, 40, 2, 64, True, True, jnp.float32, SMALL),  # cross-attention, T > S: late rows see every key
+    (
+        2,
+        67,
+        40,
+        2,
+        64,
+        True,
+        True,
+        jnp.float32,
+        SMALL,
+    ),  # cross-attention, T > S: late rows see every key
     (1, 40, 67, 1, 128, True, False, jnp.float32, SMALL),  # T < S, causal aligned top-left
     (2, 40, 40, 1, 80, False, True, jnp.float32, SMALL),  # head dim 80 padded to 128 in the tiles
     (1, 67, 67, 2, 64, True, True, jnp.float32, MIXED),  # unequal blocks: the causal loop bounds
@@ -76,8 +95,15 @@ CASES = [  # b, t, s, h, d, causal, masked, dtype, blocks
 @pytest.mark.parametrize("b,t,s,h,d,causal,masked,dtype,blocks", CASES)
 def test_kernel_matches_reference(key, b, t, s, h, d, causal, masked, dtype, blocks):
     q, k, v, do, mask = inputs(key, b, t, s, h, d, dtype, masked)
-    kernel = lambda q, k, v: flash_attention(q, k, v, causal=causal, key_padding_mask=mask,  # noqa: E731
-                                             block_sizes=blocks, interpret=True)
+    kernel = lambda q, k, v: flash_attention(
+        q,
+        k,
+        v,
+        causal=causal,
+        key_padding_mask=mask,  # noqa: E731
+        block_sizes=blocks,
+        interpret=True,
+    )
     reference = lambda q, k, v: attention_reference(q, k, v, causal=causal, key_padding_mask=mask)  # noqa: E731
     got = value_and_grads(kernel, q, k, v, do)
     assert_close(got, value_and_grads(reference, q, k, v, do), dtype)
@@ -86,7 +112,9 @@ def test_kernel_matches_reference(key, b, t, s, h, d, causal, masked, dtype, blo
             assert not np.asarray(a[0], np.float32).any()
 
 
-@pytest.mark.parametrize("d,causal,masked,dtype", [(64, True, True, jnp.bfloat16), (80, False, False, jnp.float16)])
+@pytest.mark.parametrize(
+    "d,causal,masked,dtype", [(64, True, True, jnp.bfloat16), (80, False, False, jnp.float16)]
+)
 def test_lowers_to_triton(d, causal, masked, dtype):
     """The three kernels lower through Pallas's Triton backend (no GPU needed: export for "cuda"
     runs the lowering; compiling the Triton IR to PTX is left to a real GPU)."""
@@ -94,13 +122,21 @@ def test_lowers_to_triton(d, causal, masked, dtype):
     mask = jax.ShapeDtypeStruct((2, 300), jnp.bool_) if masked else None
 
     def loss(q, k, v, mask):
-        attend = lambda q, k, v: flash_attention(q, k, v, causal=causal, key_padding_mask=mask,  # noqa: E731
-                                                 interpret=False)
+        attend = lambda q, k, v: flash_attention(
+            q,
+            k,
+            v,
+            causal=causal,
+            key_padding_mask=mask,  # noqa: E731
+            interpret=False,
+        )
         out, vjp = jax.vjp(attend, q, k, v)
         return vjp(out)
 
     triton = jax.export.DisabledSafetyCheck.custom_call("__gpu$xla.gpu.triton")
-    exported = jax.export.export(jax.jit(loss), platforms=["cuda"], disabled_checks=[triton])(q, q, q, mask)
+    exported = jax.export.export(jax.jit(loss), platforms=["cuda"], disabled_checks=[triton])(
+        q, q, q, mask
+    )
     text = exported.mlir_module()
     for name in ("frost_flash_forward", "frost_flash_dkdv", "frost_flash_dq"):
         assert f'name = "{name}"' in text
@@ -111,8 +147,11 @@ def test_reference_matches_jax_nn(key):
     mask = mask.at[:, 0].set(True)  # no empty rows: there jax.nn averages v and we give zeros
     for causal in (False, True):
         want = jax.jit(jax.nn.dot_product_attention, static_argnames="is_causal")(
-            q, k, v, mask=mask[:, None, None, :], is_causal=causal)
-        got = jax.jit(attention_reference, static_argnames="causal")(q, k, v, causal=causal, key_padding_mask=mask)
+            q, k, v, mask=mask[:, None, None, :], is_causal=causal
+        )
+        got = jax.jit(attention_reference, static_argnames="causal")(
+            q, k, v, causal=causal, key_padding_mask=mask
+        )
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
@@ -128,8 +167,12 @@ def test_dispatch_switch(key, monkeypatch):
     assert nn_attention.attention_implementation() == "xla"  # the CPU default when nothing is set
     called = []
     real = nn_attention.flash_attention
-    monkeypatch.setattr(nn_attention, "flash_attention", lambda *a, **kw: called.append(1) or real(*a, **kw))
-    attend = jax.jit(nn_attention.dot_product_attention, static_argnames=("causal", "implementation"))
+    monkeypatch.setattr(
+        nn_attention, "flash_attention", lambda *a, **kw: called.append(1) or real(*a, **kw)
+    )
+    attend = jax.jit(
+        nn_attention.dot_product_attention, static_argnames=("causal", "implementation")
+    )
     want = attention_reference(q, k, v, causal=True, key_padding_mask=mask)
     for impl in ("xla", "pallas"):  # the same function, empty rows (zeros) included
         got = attend(q, k, v, causal=True, key_padding_mask=mask, implementation=impl)

@@ -1,6 +1,7 @@
 """`frost audit`: the protocol's pieces against hand-computed cases, the vmapped engine against the
 same runs one at a time, divergence on runs made to diverge, resume after a kill, a user optimizer
 from an import path (optax's), and a small `--quick` end to end through the CLI."""
+
 import json
 import math
 import os
@@ -28,6 +29,7 @@ def data():
 
 # --- protocol, by hand ---------------------------------------------------------------------
 
+
 def test_confidence_interval_is_student_t():
     mean, half = protocol.mean_ci([1.0, 2.0, 3.0])  # s = 1, t(0.975, 2 dof) = 4.302653
     assert mean == 2.0 and half == pytest.approx(4.302653 / math.sqrt(3), rel=1e-6)
@@ -38,22 +40,43 @@ def test_confidence_interval_is_student_t():
 
 def test_speedup_interpolates_in_log_steps():
     steps, losses = [100, 200, 400], [3.0, 2.5, 2.0]
-    assert protocol.steps_to_reach(steps, losses, 2.25) == (pytest.approx(math.sqrt(200 * 400)), "=")
+    assert protocol.steps_to_reach(steps, losses, 2.25) == (
+        pytest.approx(math.sqrt(200 * 400)),
+        "=",
+    )
     assert protocol.steps_to_reach(steps, losses, 2.5) == (pytest.approx(200), "=")
-    assert protocol.steps_to_reach(steps, losses, 3.5) == (100, "<")  # worse than AdamW's shortest budget
+    assert protocol.steps_to_reach(steps, losses, 3.5) == (
+        100,
+        "<",
+    )  # worse than AdamW's shortest budget
     assert protocol.steps_to_reach(steps, losses, 1.5) == (400, ">")  # better than its longest
     # a longer budget that came out worse counts as the shorter one's loss (running minimum): [3, 2, 2]
-    assert protocol.steps_to_reach(steps, [3.0, 2.0, 2.5], 2.2) == (pytest.approx(100 * 2 ** 0.8), "=")
-    assert protocol.steps_to_reach([400, 100, 200], [2.0, 3.0, 2.5], 2.25)[0] == pytest.approx(282.8427, rel=1e-6)
+    assert protocol.steps_to_reach(steps, [3.0, 2.0, 2.5], 2.2) == (
+        pytest.approx(100 * 2**0.8),
+        "=",
+    )
+    assert protocol.steps_to_reach([400, 100, 200], [2.0, 3.0, 2.5], 2.25)[0] == pytest.approx(
+        282.8427, rel=1e-6
+    )
 
 
 def _run(lr, loss, diverged=False):
-    return {"hyperparams": {"learning_rate": lr}, "final_loss": None if diverged else loss, "diverged": diverged}
+    return {
+        "hyperparams": {"learning_rate": lr},
+        "final_loss": None if diverged else loss,
+        "diverged": diverged,
+    }
 
 
 def test_stable_fraction_lr_range_and_best():
-    runs = [_run(1e-3, 1.00), _run(2e-3, 0.99), _run(2e-3, 1.20), _run(4e-3, 1.005), _run(8e-3, 1.2),
-            _run(1.6e-2, None, True)]
+    runs = [
+        _run(1e-3, 1.00),
+        _run(2e-3, 0.99),
+        _run(2e-3, 1.20),
+        _run(4e-3, 1.005),
+        _run(8e-3, 1.2),
+        _run(1.6e-2, None, True),
+    ]
     assert protocol.stable_fraction(runs) == 5 / 6
     assert protocol.lr_range(runs) == pytest.approx(4.0)  # 1e-3 .. 4e-3 are within 0.02 of 0.99
     assert protocol.lr_range(runs[1:2]) == 1.0
@@ -63,21 +86,30 @@ def test_stable_fraction_lr_range_and_best():
 
 def test_equal_tuning_budget():
     import optax
+
     builtin = {n: protocol.grid(n, None, 1e-3) for n in protocol.GRIDS}
     user = protocol.grid("optax:adamw", optax.adamw, 1e-3)
     no_decay = protocol.grid("optax:adam", optax.adam, 1e-3)
     assert {len(g) for g in builtin.values()} == {len(user), len(no_decay)} == {24}
     lrs = sorted({t["learning_rate"] for t in builtin["adamw"]})
-    assert len(lrs) == 6 and np.allclose(np.diff(np.log2(lrs)), 1, atol=0.01)  # log-spaced, x2 apart
-    assert len({t["learning_rate"] for t in user}) == 12 and len({t["learning_rate"] for t in no_decay}) == 24
+    assert len(lrs) == 6 and np.allclose(
+        np.diff(np.log2(lrs)), 1, atol=0.01
+    )  # log-spaced, x2 apart
+    assert (
+        len({t["learning_rate"] for t in user}) == 12
+        and len({t["learning_rate"] for t in no_decay}) == 24
+    )
     assert len(protocol.grid("lion", None, 1e-3, quick=True)) == 6
-    assert {"weight_decay", "gamma"} <= set(builtin["sophia"][0]) and "momentum" in builtin["muon"][0]
+    assert {"weight_decay", "gamma"} <= set(builtin["sophia"][0]) and "momentum" in builtin["muon"][
+        0
+    ]
 
 
 # --- the engine ----------------------------------------------------------------------------
 
+
 def _compare(data, name, runs):
-    group, = engine.groups(WL, data, name, runs)
+    (group,) = engine.groups(WL, data, name, runs)
     together = engine.run_group(WL, data, name, group)
     alone = engine.run_group(WL, data, name, group, max_runs=1)
     for a, b in zip(together, alone):
@@ -86,21 +118,41 @@ def _compare(data, name, runs):
     return together
 
 
-@pytest.mark.parametrize("name, hyperparams", [
-    ("adamw", [{"learning_rate": 3e-3, "weight_decay": 0.1, "b2": 0.95}, {"learning_rate": 1e-2, "weight_decay": 0.0,
-                                                                         "b2": 0.999}]),
-    ("sophia", [{"learning_rate": 1e-3, "weight_decay": 0.1, "gamma": 0.01}, {"learning_rate": 3e-3,
-                                                                             "weight_decay": 0.0, "gamma": 0.01}]),
-])
+@pytest.mark.parametrize(
+    "name, hyperparams",
+    [
+        (
+            "adamw",
+            [
+                {"learning_rate": 3e-3, "weight_decay": 0.1, "b2": 0.95},
+                {"learning_rate": 1e-2, "weight_decay": 0.0, "b2": 0.999},
+            ],
+        ),
+        (
+            "sophia",
+            [
+                {"learning_rate": 1e-3, "weight_decay": 0.1, "gamma": 0.01},
+                {"learning_rate": 3e-3, "weight_decay": 0.0, "gamma": 0.01},
+            ],
+        ),
+    ],
+)
 def test_vmapped_runs_equal_the_same_runs_one_at_a_time(data, name, hyperparams, monkeypatch):
-    runs = [engine.Run(hyperparams[0], 0, 30), engine.Run(hyperparams[1], 0, 30), engine.Run(hyperparams[0], 1, 30)]
+    runs = [
+        engine.Run(hyperparams[0], 0, 30),
+        engine.Run(hyperparams[1], 0, 30),
+        engine.Run(hyperparams[0], 1, 30),
+    ]
     results = _compare(data, name, runs)
     sizes = []  # with no memory to spare, the group falls back to one run at a time: the same numbers
     monkeypatch.setattr(engine, "free_memory", lambda: 0)
-    monkeypatch.setattr(engine, "_init", lambda *a, _init=engine._init: sizes.append(len(a[3])) or _init(*a))
+    monkeypatch.setattr(
+        engine, "_init", lambda *a, _init=engine._init: sizes.append(len(a[3])) or _init(*a)
+    )
     fallback = engine.run_group(WL, data, name, engine.groups(WL, data, name, runs)[0])
     assert sizes == [3, 1, 1, 1] and [r["final_loss"] for r in fallback] == pytest.approx(
-        [r["final_loss"] for r in results], rel=1e-5)
+        [r["final_loss"] for r in results], rel=1e-5
+    )
     assert not any(r["diverged"] for r in results)
     assert results[0]["final_loss"] != results[2]["final_loss"]  # another seed is another run
     assert results[0]["final_loss"] < math.log(10)  # it learned
@@ -112,84 +164,162 @@ def test_a_run_made_to_diverge_is_counted_with_its_step(data, tmp_path, monkeypa
         "def make(learning_rate, weight_decay=0.0):\n"
         "    def update(g, count, params=None):  # NaN updates from step 5 on\n"
         "        return jax.tree.map(lambda x: jnp.where(count >= 5, jnp.nan, -1e-3 * x), g), count + 1\n"
-        "    return optax.GradientTransformation(lambda p: jnp.zeros([], jnp.int32), update)\n")
+        "    return optax.GradientTransformation(lambda p: jnp.zeros([], jnp.int32), update)\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     runs = [engine.Run({"learning_rate": 1.0, "weight_decay": 0.0}, 0, 20)]
-    result, = engine.run_group(WL, data, "nan_at_five:make", engine.groups(WL, data, "nan_at_five:make", runs)[0])
+    (result,) = engine.run_group(
+        WL, data, "nan_at_five:make", engine.groups(WL, data, "nan_at_five:make", runs)[0]
+    )
     assert result["diverged"] and result["diverged_step"] == 5 and result["final_loss"] is None
     # AdamW at a learning rate far too large: its loss leaves 1.5 ln(10) behind, or turns non-finite
     hp = {"learning_rate": 30.0, "weight_decay": 0.0, "b2": 0.95}
-    high, = engine.run_group(WL, data, "adamw", engine.Group([engine.Run(hp, 0, 30)], {}))
+    (high,) = engine.run_group(WL, data, "adamw", engine.Group([engine.Run(hp, 0, 30)], {}))
     assert high["diverged"] and 0 < high["diverged_step"] < 30 and high["final_loss"] is None
 
 
 # --- end to end ----------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def audited(tmp_path_factory):
     out = tmp_path_factory.mktemp("audit")
-    with jax.numpy_dtype_promotion("standard"):  # optax mixes Python floats and int32 counts (refused under strict)
-        argv = ["audit", *SMALL, "--optimizers", "adamw,lion", "--optimizer", "optax:adamw", "--out", str(out)]
+    with jax.numpy_dtype_promotion(
+        "standard"
+    ):  # optax mixes Python floats and int32 counts (refused under strict)
+        argv = [
+            "audit",
+            *SMALL,
+            "--optimizers",
+            "adamw,lion",
+            "--optimizer",
+            "optax:adamw",
+            "--out",
+            str(out),
+        ]
         assert cli(argv) == 0
     return out
 
 
 def test_quick_end_to_end_writes_the_report(audited):
     runs = json.loads((audited / "results.json").read_text())["runs"]
-    assert all(list(r) == ["workload", "optimizer", "hyperparams", "seed", "final_loss", "diverged", "diverged_step",
-                           "steps", "seconds"] for r in runs)
+    assert all(
+        list(r)
+        == [
+            "workload",
+            "optimizer",
+            "hyperparams",
+            "seed",
+            "final_loss",
+            "diverged",
+            "diverged_step",
+            "steps",
+            "seconds",
+        ]
+        for r in runs
+    )
     assert {r["optimizer"] for r in runs} == {"adamw", "lion", "optax:adamw"}
     tuning = [r for r in runs if r["seed"] == 0]
-    assert len(tuning) == 18 and {r["steps"] for r in runs} == {10, 20, 40}  # 6 trials each; AdamW's budgets
+    assert len(tuning) == 18 and {r["steps"] for r in runs} == {
+        10,
+        20,
+        40,
+    }  # 6 trials each; AdamW's budgets
     assert len(list((audited / "runs").glob("*.json"))) == len(runs)
     report = (audited / "report.md").read_text()
-    for text in ("## Protocol", "## image-s", "| optimizer | best hyper-parameters |", "paper baseline",
-                 "optax:adamw", "step speedup", "wall-clock speedup", "curves.png", "lr.png"):
+    for text in (
+        "## Protocol",
+        "## image-s",
+        "| optimizer | best hyper-parameters |",
+        "paper baseline",
+        "optax:adamw",
+        "step speedup",
+        "wall-clock speedup",
+        "curves.png",
+        "lr.png",
+    ):
         assert text in report
     for png in ("curves.png", "lr.png"):
         assert (audited / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_a_restarted_audit_skips_finished_runs_and_reproduces_the_report(audited, tmp_path, monkeypatch):
+def test_a_restarted_audit_skips_finished_runs_and_reproduces_the_report(
+    audited, tmp_path, monkeypatch
+):
     out = tmp_path / "killed"
-    argv = [sys.executable, "-m", "frost.cli", "audit", *SMALL, "--optimizers", "adamw", "--out", str(out)]
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    argv = [
+        sys.executable,
+        "-m",
+        "frost.cli",
+        "audit",
+        *SMALL,
+        "--optimizers",
+        "adamw",
+        "--out",
+        str(out),
+    ]
+    proc = subprocess.Popen(
+        argv,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+    )
     deadline = time.monotonic() + 120
-    while not list((out / "runs").glob("*.json")) and proc.poll() is None and time.monotonic() < deadline:
+    while (
+        not list((out / "runs").glob("*.json"))
+        and proc.poll() is None
+        and time.monotonic() < deadline
+    ):
         time.sleep(0.02)
     proc.kill()
     proc.wait()
     before = {p.name: p.read_bytes() for p in (out / "runs").glob("*.json")}
     assert 0 < len(before) < 18, "the audit was not stopped part-way"
     trained = []
-    monkeypatch.setattr(engine, "run_group", lambda *a, _run=engine.run_group: trained.append(a[3]) or _run(*a))
-    report = run.audit(AuditConfig(workload="image", quick=True, budget=20, optimizers="adamw", out=str(out)),
-                       progress=False)
-    assert sum(len(g.runs) for g in trained) <= 18 - len(before) + 2  # at most one batch of 3 was cut short
+    monkeypatch.setattr(
+        engine, "run_group", lambda *a, _run=engine.run_group: trained.append(a[3]) or _run(*a)
+    )
+    report = run.audit(
+        AuditConfig(workload="image", quick=True, budget=20, optimizers="adamw", out=str(out)),
+        progress=False,
+    )
+    assert (
+        sum(len(g.runs) for g in trained) <= 18 - len(before) + 2
+    )  # at most one batch of 3 was cut short
     assert all((out / "runs" / name).read_bytes() == data for name, data in before.items())
     first = report.read_text()
     trained.clear()
-    assert run.audit(AuditConfig(workload="image", quick=True, budget=20, optimizers="adamw", out=str(out)),
-                     progress=False).read_text() == first and not trained  # all on disk: nothing trained
+    assert (
+        run.audit(
+            AuditConfig(workload="image", quick=True, budget=20, optimizers="adamw", out=str(out)),
+            progress=False,
+        ).read_text()
+        == first
+        and not trained
+    )  # all on disk: nothing trained
     # the same numbers as the uninterrupted audit's AdamW runs
-    losses = lambda folder: {(r["hyperparams"]["learning_rate"], r["seed"], r["steps"]): r["final_loss"]  # noqa: E731
-                             for r in json.loads((folder / "results.json").read_text())["runs"]
-                             if r["optimizer"] == "adamw"}
+    losses = lambda folder: {
+        (r["hyperparams"]["learning_rate"], r["seed"], r["steps"]): r["final_loss"]  # noqa: E731
+        for r in json.loads((folder / "results.json").read_text())["runs"]
+        if r["optimizer"] == "adamw"
+    }
     assert losses(out) == losses(audited)
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--optimizers", "adamw,nope"], "--optimizers 'adamw,nope': must be distinct names"),
-    (["--optimizer", "lion"], "--optimizer 'lion': give MODULE:FUNCTION"),
-    (["--optimizer", "no_such_module_here:make"], "cannot import it"),
-    (["--budget", "25"], "--budget 25: must be a multiple of 10"),
-    (["--budget", "10"], "--budget 10: must be a whole number >= 20"),
-    (["--seeds", "2"], "--seeds 2: must be a whole number >= 3"),
-    (["--data", "x.txt"], "--data x.txt: say which workload"),
-    (["--workload", "image", "--data", "NOWHERE"], "not a known data set"),
-    (["--workload", "gpt", "--data", "SHORT"], "too little text"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--optimizers", "adamw,nope"], "--optimizers 'adamw,nope': must be distinct names"),
+        (["--optimizer", "lion"], "--optimizer 'lion': give MODULE:FUNCTION"),
+        (["--optimizer", "no_such_module_here:make"], "cannot import it"),
+        (["--budget", "25"], "--budget 25: must be a multiple of 10"),
+        (["--budget", "10"], "--budget 10: must be a whole number >= 20"),
+        (["--seeds", "2"], "--seeds 2: must be a whole number >= 3"),
+        (["--data", "x.txt"], "--data x.txt: say which workload"),
+        (["--workload", "image", "--data", "NOWHERE"], "not a known data set"),
+        (["--workload", "gpt", "--data", "SHORT"], "too little text"),
+    ],
+)
 def test_a_mistake_is_one_line_and_leaves_no_files(argv, message, tmp_path, capsys):
     (tmp_path / "short.txt").write_text("too short\n")
     argv = [str(tmp_path / "short.txt") if a == "SHORT" else a for a in argv]
@@ -200,7 +330,9 @@ def test_a_mistake_is_one_line_and_leaves_no_files(argv, message, tmp_path, caps
 
 def test_text_data_from_any_utf8_file(tmp_path):
     path = tmp_path / "corpus.txt"
-    path.write_text("".join(f"Line {i}: the quick brown fox jumps over the lazy dog.\n" for i in range(400)))
+    path.write_text(
+        "".join(f"Line {i}: the quick brown fox jumps over the lazy dog.\n" for i in range(400))
+    )
     d = workloads.load("gpt", str(path), tmp_path, progress=False)
     assert d.classes == workloads.VOCAB and d.arrays["eval_x"].shape[1] == workloads.SEQ_LEN
     assert (tmp_path / "gpt" / "tokenizer.json").exists()

@@ -1,5 +1,6 @@
 """A user's mistake at the command line: exit code 2, one line naming the problem, no traceback,
 no files left behind, and no waiting (each case is timed)."""
+
 import os
 import subprocess
 import sys
@@ -54,20 +55,28 @@ CASES = [  # (argv, what the message must say); "OUT" is replaced by a fresh run
 ]
 
 
-@pytest.mark.parametrize("argv, message", CASES, ids=[" ".join(a[:1] + a[2:])[:60] for a, _ in CASES])
+@pytest.mark.parametrize(
+    "argv, message", CASES, ids=[" ".join(a[:1] + a[2:])[:60] for a, _ in CASES]
+)
 def test_a_mistake_is_one_line_with_exit_code_2(argv, message, tmp_path, capsys):
     (tmp_path / "binary.txt").write_bytes(bytes(range(256)) * 64)
     (tmp_path / "stale").mkdir()
     (tmp_path / "stale" / "train.bin").write_bytes(b"\0" * 64)
-    names = {"OUT": tmp_path / "out", "NOWHERE": tmp_path / "nowhere", "BINARY": tmp_path / "binary.txt",
-             "STALE": tmp_path / "stale"}
+    names = {
+        "OUT": tmp_path / "out",
+        "NOWHERE": tmp_path / "nowhere",
+        "BINARY": tmp_path / "binary.txt",
+        "STALE": tmp_path / "stale",
+    }
     start = time.perf_counter()
     assert cli([str(names.get(a, a)) for a in argv]) == 2
     assert time.perf_counter() - start < 60
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("frost: error: ") and message in err[-1], err
     assert not any("Traceback" in line for line in err)
-    assert not (tmp_path / "out").exists()  # nothing half-written: a failed set-up leaves no run directory
+    assert not (
+        tmp_path / "out"
+    ).exists()  # nothing half-written: a failed set-up leaves no run directory
     assert sorted(p.name for p in (tmp_path / "stale").iterdir()) == ["train.bin"]
 
 
@@ -75,7 +84,11 @@ def test_the_process_prints_one_line_and_debug_shows_the_traceback():
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
     cmd = [sys.executable, "-m", "frost.cli", "train", "resnet20", "--lr", "-1"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env)
-    assert out.returncode == 2 and out.stderr == "frost: error: --lr -1.0: must be > 0\n" and out.stdout == ""
+    assert (
+        out.returncode == 2
+        and out.stderr == "frost: error: --lr -1.0: must be > 0\n"
+        and out.stdout == ""
+    )
     out = subprocess.run(cmd + ["--debug"], capture_output=True, text=True, timeout=60, env=env)
     assert out.returncode == 1 and "Traceback" in out.stderr and "UsageError" in out.stderr
 
@@ -84,6 +97,10 @@ def test_the_process_prints_one_line_and_debug_shows_the_traceback():
 @pytest.mark.parametrize("opt_out", ["", "1"])
 def test_the_program_reexecutes_once_with_huge_pages(opt_out):
     code = "import os; from frost.cli import huge_pages; huge_pages(); print(os.environ.get('GLIBC_TUNABLES'), flush=True)"
-    env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"} | {"FROST_NO_HUGE_PAGES": opt_out}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60).stdout
+    env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"} | {
+        "FROST_NO_HUGE_PAGES": opt_out
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
+    ).stdout
     assert out == ("None\n" if opt_out else "glibc.malloc.hugetlb=1\n")

@@ -6,6 +6,7 @@ the global stream, each sample transformed with its own (seed, epoch, index) gen
 This module must not import JAX at top level: worker processes import it to unpickle the test
 sources below.
 """
+
 import gzip
 import itertools
 import json
@@ -25,7 +26,11 @@ N, B, SEED = 200, 16, 7
 RNG = np.random.default_rng(0)
 IMAGES = RNG.integers(0, 256, (N, 12, 12, 3), dtype=np.uint8)
 LABELS = RNG.integers(0, 10, N).astype(np.int32)
-AUGMENT = data.Compose(data.RandomCrop(10, padding=2), data.RandomFlip(), data.Normalize([0.5, 0.4, 0.3], [0.2, 0.25, 0.3]))
+AUGMENT = data.Compose(
+    data.RandomCrop(10, padding=2),
+    data.RandomFlip(),
+    data.Normalize([0.5, 0.4, 0.3], [0.2, 0.25, 0.3]),
+)
 
 
 def make(**kw):
@@ -36,9 +41,15 @@ def make(**kw):
 def reference(epoch, k, process_index=0, process_count=1):
     """Batch k of `epoch` written out from the definition (sampler.py, transforms.py)."""
     order = np.random.default_rng([SEED, 0, epoch]).permutation(N)
-    rows = order[k * B:(k + 1) * B]
-    rows = rows[process_index * len(rows) // process_count:(process_index + 1) * len(rows) // process_count]
-    samples = [AUGMENT((IMAGES[i], LABELS[i]), np.random.default_rng([SEED, 1, epoch, i])) for i in rows]
+    rows = order[k * B : (k + 1) * B]
+    rows = rows[
+        process_index * len(rows) // process_count : (process_index + 1)
+        * len(rows)
+        // process_count
+    ]
+    samples = [
+        AUGMENT((IMAGES[i], LABELS[i]), np.random.default_rng([SEED, 1, epoch, i])) for i in rows
+    ]
     return np.stack([s[0] for s in samples]), np.array([s[1] for s in samples], np.int32)
 
 
@@ -75,11 +86,16 @@ def assert_clean():
 
 # -- the sampler -------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("shuffle", [False, True])
 @pytest.mark.parametrize("drop_last", [False, True])
 def test_two_processes_cover_each_index_once(shuffle, drop_last):
-    shards = [data.Sampler(N, B, shuffle=shuffle, seed=3, drop_last=drop_last, process_index=p, process_count=2)
-              for p in range(2)]
+    shards = [
+        data.Sampler(
+            N, B, shuffle=shuffle, seed=3, drop_last=drop_last, process_index=p, process_count=2
+        )
+        for p in range(2)
+    ]
     for epoch in range(2):
         seen = np.concatenate([s.batch(epoch, k) for s in shards for k in range(len(s))])
         expected = N // B * B if drop_last else N
@@ -87,7 +103,10 @@ def test_two_processes_cover_each_index_once(shuffle, drop_last):
         sizes = {len(s.batch(epoch, k)) for s in shards for k in range(len(s) - 1)}
         assert sizes == {B // 2}
     one = data.Sampler(N, B, shuffle=shuffle, seed=3, drop_last=drop_last)
-    assert all((np.concatenate([s.batch(1, k) for s in shards]) == one.batch(1, k)).all() for k in range(len(one)))
+    assert all(
+        (np.concatenate([s.batch(1, k) for s in shards]) == one.batch(1, k)).all()
+        for k in range(len(one))
+    )
     if shuffle:
         assert not np.array_equal(one.order(0), one.order(1))
 
@@ -101,8 +120,11 @@ def test_sampler_errors_teach():
 
 # -- determinism and resume ----------------------------------------------------------------------
 
-@pytest.mark.parametrize("workers,backend", [(0, "process"), (1, "process"), (2, "process"), (1, "thread"),
-                                             (2, "thread")])
+
+@pytest.mark.parametrize(
+    "workers,backend",
+    [(0, "process"), (1, "process"), (2, "process"), (1, "thread"), (2, "thread")],
+)
 def test_same_batches_for_any_worker_count(workers, backend):
     per_epoch = -(-N // B)
     with make(workers=workers, backend=backend, prefetch=3) as loader:
@@ -114,22 +136,30 @@ def test_same_batches_for_any_worker_count(workers, backend):
     assert_clean()
 
 
-@pytest.mark.parametrize("before,after", [
-    ({"workers": 0}, {"workers": 2}),
-    ({"workers": 2}, {"workers": 1, "backend": "thread"}),
-    ({"workers": 1, "process_count": 2}, {"workers": 0}),
-    ({"workers": 0}, {"workers": 0, "process_count": 4}),
-])
+@pytest.mark.parametrize(
+    "before,after",
+    [
+        ({"workers": 0}, {"workers": 2}),
+        ({"workers": 2}, {"workers": 1, "backend": "thread"}),
+        ({"workers": 1, "process_count": 2}, {"workers": 0}),
+        ({"workers": 0}, {"workers": 0, "process_count": 4}),
+    ],
+)
 def test_resume_mid_epoch_equals_uninterrupted_run(before, after):
     def loaders(options, state=None):
         count = options.pop("process_count", 1)
-        return [make(**options, process_index=p, process_count=count, state=state) for p in range(count)]
+        return [
+            make(**options, process_index=p, process_count=count, state=state) for p in range(count)
+        ]
 
     want = [reference(*divmod(i, 13)) for i in range(30)]
     old = loaders(dict(before))
     first = global_stream(old, 17)  # stops in epoch 1, batch 4
     states = [json.loads(json.dumps(loader.state())) for loader in old]
-    assert all(s == states[0] for s in states) and (states[0]["epoch"], states[0]["batch"]) == (1, 4)
+    assert all(s == states[0] for s in states) and (states[0]["epoch"], states[0]["batch"]) == (
+        1,
+        4,
+    )
     for loader in old:
         loader.close()
     new = loaders(dict(after), states[0])
@@ -147,6 +177,7 @@ def test_state_from_another_stream_is_refused():
 
 
 # -- failures ------------------------------------------------------------------------------------
+
 
 class Failing:
     """Raises on one index; sleeps per sample if asked (to keep workers busy)."""
@@ -171,7 +202,10 @@ def test_worker_exception_reaches_main_with_traceback_and_index(backend):
             list(loader)
         assert loader.state()["batch"] == 37 // 8  # the batches before it were delivered
     assert info.value.index == 37
-    assert "KeyError: 'record 37 is missing'" in info.value.traceback and "__getitem__" in info.value.traceback
+    assert (
+        "KeyError: 'record 37 is missing'" in info.value.traceback
+        and "__getitem__" in info.value.traceback
+    )
     assert_clean()
 
 
@@ -200,7 +234,9 @@ def test_killed_worker_is_detected_quickly():
 
 
 def test_stopped_worker_is_detected_within_the_liveness_timeout():
-    with data.Loader(Failing(delay=0.02), 4, shuffle=False, workers=1, prefetch=1, timeout=1.5) as loader:
+    with data.Loader(
+        Failing(delay=0.02), 4, shuffle=False, workers=1, prefetch=1, timeout=1.5
+    ) as loader:
         batches = iter(loader)
         next(batches)
         os.kill(frost_children()[0].pid, signal.SIGSTOP)
@@ -230,7 +266,9 @@ def test_killing_the_main_process_leaves_no_noise_and_no_shared_memory(tmp_path)
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
     pid = out.stdout.split()[0]
     deadline = time.monotonic() + 10  # the orphaned workers exit and free the segments
-    while time.monotonic() < deadline and any(f.startswith(f"frost_{pid}_") for f in os.listdir("/dev/shm")):
+    while time.monotonic() < deadline and any(
+        f.startswith(f"frost_{pid}_") for f in os.listdir("/dev/shm")
+    ):
         time.sleep(0.1)
     assert not [f for f in os.listdir("/dev/shm") if f.startswith(f"frost_{pid}_")]
     assert out.returncode == -signal.SIGKILL and out.stderr == "", out.stderr
@@ -251,11 +289,13 @@ def test_no_leaks_after_early_stop_consumer_error_and_garbage_collection():
     next(iter(loader))
     del loader  # no close(): the finalizer stops the workers and frees the memory
     import gc
+
     gc.collect()
     assert_clean()
 
 
 # -- sources -------------------------------------------------------------------------------------
+
 
 def write_idx(path, array, code):
     header = bytes([0, 0, code, array.ndim]) + np.array(array.shape, ">u4").tobytes()
@@ -264,11 +304,14 @@ def write_idx(path, array, code):
         f.write(body)
 
 
-@pytest.mark.parametrize("name,array,code", [
-    ("images-idx3-ubyte.gz", RNG.integers(0, 256, (5, 4, 3), dtype=np.uint8), 0x08),
-    ("values-idx2", RNG.standard_normal((3, 7)).astype(np.float32), 0x0D),
-    ("labels-idx1", RNG.integers(-5, 5, 6).astype(np.int32), 0x0C),
-])
+@pytest.mark.parametrize(
+    "name,array,code",
+    [
+        ("images-idx3-ubyte.gz", RNG.integers(0, 256, (5, 4, 3), dtype=np.uint8), 0x08),
+        ("values-idx2", RNG.standard_normal((3, 7)).astype(np.float32), 0x0D),
+        ("labels-idx1", RNG.integers(-5, 5, 6).astype(np.int32), 0x0C),
+    ],
+)
 def test_idx_reader(tmp_path, name, array, code):
     path = tmp_path / name
     write_idx(path, array, code)
@@ -281,7 +324,9 @@ def test_corrupt_idx_file_names_the_file(tmp_path):
     path = tmp_path / "train-images-idx3-ubyte"
     write_idx(path, np.zeros((4, 2, 2), np.uint8), 0x08)
     path.write_bytes(path.read_bytes()[:-3])
-    with pytest.raises(ValueError, match=f"corrupt IDX file {path}.*needs 32 bytes, the file has 29"):
+    with pytest.raises(
+        ValueError, match=f"corrupt IDX file {path}.*needs 32 bytes, the file has 29"
+    ):
         data.read_idx(path)
     path.write_bytes(b"<html>not found</html>")
     with pytest.raises(ValueError, match=f"{path} is not an IDX file"):
@@ -300,7 +345,9 @@ def test_cifar_reader(tmp_path):
     got_images, got_labels = data.read_cifar([tmp_path / "data_batch_1.bin"], kind=10)
     np.testing.assert_array_equal(got_images, images)
     np.testing.assert_array_equal(got_labels, labels)
-    coarse = np.concatenate([labels[:, None] // 2, records], axis=1)  # CIFAR-100: coarse, fine, pixels
+    coarse = np.concatenate(
+        [labels[:, None] // 2, records], axis=1
+    )  # CIFAR-100: coarse, fine, pixels
     (tmp_path / "train.bin").write_bytes(coarse.tobytes())
     np.testing.assert_array_equal(data.read_cifar(tmp_path / "train.bin", kind=100)[1], labels)
     for i in range(2, 6):
@@ -313,6 +360,7 @@ def test_cifar_reader(tmp_path):
 
 def test_image_folder_and_unreadable_image(tmp_path):
     from PIL import Image
+
     pngs = RNG.integers(0, 256, (4, 9, 7, 3), dtype=np.uint8)
     for i, name in enumerate(["cat", "cat", "dog", "dog"]):
         (tmp_path / name).mkdir(exist_ok=True)
@@ -342,6 +390,7 @@ def test_token_windows(tmp_path):
     np.testing.assert_array_equal(y, tokens[91:101])
     assert x.dtype == np.int32
     import pickle
+
     assert len(pickle.dumps(source)) < 1000  # the file is reopened in each worker, not shipped
     with data.Loader(source, 4, workers=1, seed=1) as loader:
         xs, ys = next(iter(loader))
@@ -355,23 +404,32 @@ def test_transforms_against_naive_code():
         for seed in range(10):
             crop = data.RandomCrop(size, padding)(image, np.random.default_rng(seed))
             rng = np.random.default_rng(seed)
-            top, left = rng.integers(0, padded.shape[0] - size[0] + 1), rng.integers(0, padded.shape[1] - size[1] + 1)
-            np.testing.assert_array_equal(crop, padded[top:top + size[0], left:left + size[1]])
+            top, left = (
+                rng.integers(0, padded.shape[0] - size[0] + 1),
+                rng.integers(0, padded.shape[1] - size[1] + 1),
+            )
+            np.testing.assert_array_equal(crop, padded[top : top + size[0], left : left + size[1]])
     with pytest.raises(ValueError, match="smaller than the crop"):
         data.RandomCrop(9, padding=1)(image, rng)
     image = image[..., :1]
     np.testing.assert_array_equal(data.RandomFlip(p=1.0)(image, rng), image[:, ::-1])
-    np.testing.assert_allclose(data.Normalize(0.5, 0.25)(image), (image / 255 - 0.5) / 0.25, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(
+        data.Normalize(0.5, 0.25)(image), (image / 255 - 0.5) / 0.25, rtol=1e-6, atol=1e-6
+    )
     rgb = RNG.integers(0, 256, (4, 5, 3), dtype=np.uint8)[:, ::-1]
     mean, std = np.array([0.1, 0.5, 0.9]), np.array([0.2, 0.3, 0.4])
-    np.testing.assert_allclose(data.Normalize(mean, std)(rgb), (rgb / 255 - mean) / std, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        data.Normalize(mean, std)(rgb), (rgb / 255 - mean) / std, rtol=1e-5, atol=1e-5
+    )
     assert data.Resize((3, 4))(image).shape == (3, 4, 1)
 
 
 # -- device prefetch and data sets ---------------------------------------------------------------
 
+
 def test_prefetch_to_device_matches_host_batches():
     import jax
+
     sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
     with make() as loader:
         host = stream(loader, 4)
@@ -381,7 +439,10 @@ def test_prefetch_to_device_matches_host_batches():
     assert_batches_equal([(np.asarray(x), np.asarray(y)) for x, y in device], host)
 
 
-@pytest.mark.skipif(not os.path.isdir("/usr/share/datasets/fashion-mnist"), reason="dataset-fashion-mnist not installed")
+@pytest.mark.skipif(
+    not os.path.isdir("/usr/share/datasets/fashion-mnist"),
+    reason="dataset-fashion-mnist not installed",
+)
 def test_fashion_mnist_loads_real_data(monkeypatch):
     monkeypatch.delenv("FROST_DATA", raising=False)
     images, labels = datasets.fashion_mnist("test")

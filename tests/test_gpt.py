@@ -1,5 +1,6 @@
 """The GPT against a small PyTorch reference with the same weights, and KV-cache generation
 against recomputing the whole sequence."""
+
 import math
 
 import jax
@@ -69,8 +70,12 @@ def copy_weights(model, ref):
                 getattr(tb, name).weight.copy_(torch.tensor(np.asarray(getattr(b, name).weight).T))
                 getattr(tb, name).bias.copy_(torch.tensor(np.asarray(getattr(b, name).bias)))
     # Give the frost LayerNorm biases the same non-zero values.
-    blocks = tuple(b.replace(ln1=b.ln1.replace(bias=b.ln1.bias + 0.1), ln2=b.ln2.replace(bias=b.ln2.bias + 0.1))
-                   for b in model.blocks)
+    blocks = tuple(
+        b.replace(
+            ln1=b.ln1.replace(bias=b.ln1.bias + 0.1), ln2=b.ln2.replace(bias=b.ln2.bias + 0.1)
+        )
+        for b in model.blocks
+    )
     return model.replace(blocks=blocks)
 
 
@@ -102,15 +107,21 @@ def test_kv_cache_generation_equals_full_recompute(key):
 
 def test_sampling_respects_top_k_and_is_deterministic_per_key(key):
     logits = jnp.asarray(np.random.default_rng(0).standard_normal((4, 30)), jnp.float32)
-    draws = jnp.stack([gpt.sample_token(logits, jax.random.key(i), 1.0, top_k=3) for i in range(50)])
+    draws = jnp.stack(
+        [gpt.sample_token(logits, jax.random.key(i), 1.0, top_k=3) for i in range(50)]
+    )
     top3 = np.argsort(-np.asarray(logits), axis=1)[:, :3]
     assert all(int(d) in top3[b] for row in np.asarray(draws) for b, d in enumerate(row))
-    np.testing.assert_array_equal(gpt.sample_token(logits, key, 0.7, 5), gpt.sample_token(logits, key, 0.7, 5))
+    np.testing.assert_array_equal(
+        gpt.sample_token(logits, key, 0.7, 5), gpt.sample_token(logits, key, 0.7, 5)
+    )
 
 
 def test_errors(key):
     model = gpt.GPT(10, 16, 1, 2, 8, key=key)
-    with pytest.raises(ValueError, match=r"GPT\(max_len=8\) expected input \(B, T\) token ids with T <= max_len=8"):
+    with pytest.raises(
+        ValueError, match=r"GPT\(max_len=8\) expected input \(B, T\) token ids with T <= max_len=8"
+    ):
         model(jnp.zeros((1, 9), jnp.int32))
     with pytest.raises(ValueError, match="exceeds max_len=8"):
         gpt.generate(model, jnp.zeros((1, 4), jnp.int32), 5, key=key)
@@ -128,9 +139,15 @@ def test_gpt2_initialisation(key):
     model = build(lambda k: gpt.GPT(256, 128, depth, 4, 128, tie_weights=False, key=k), key)
     b = model.blocks[depth - 1]
     residual = 0.02 / math.sqrt(2 * depth)
-    for name, w, std in [("embed", model.embed.weight, 0.02), ("pos", model.pos, 0.02), ("head", model.head.weight, 0.02),
-                         ("qkv", b.qkv.weight, 0.02), ("fc", b.fc.weight, 0.02), ("proj", b.proj.weight, residual),
-                         ("out", b.out.weight, residual)]:
+    for name, w, std in [
+        ("embed", model.embed.weight, 0.02),
+        ("pos", model.pos, 0.02),
+        ("head", model.head.weight, 0.02),
+        ("qkv", b.qkv.weight, 0.02),
+        ("fc", b.fc.weight, 0.02),
+        ("proj", b.proj.weight, residual),
+        ("out", b.out.weight, residual),
+    ]:
         w = np.asarray(w)
         assert abs(w.std() / std - 1) < 0.03 and abs(w.mean()) < 0.05 * std, name
     for layer in (b.qkv, b.proj, b.fc, b.out, b.ln1):
@@ -139,7 +156,9 @@ def test_gpt2_initialisation(key):
 
 
 def test_generate_compiles_once_per_shape(key):
-    model, other = (build(lambda k: gpt.GPT(30, 16, 1, 2, 16, key=k), k) for k in (key, jax.random.key(5)))
+    model, other = (
+        build(lambda k: gpt.GPT(30, 16, 1, 2, 16, key=k), k) for k in (key, jax.random.key(5))
+    )
     rng = np.random.default_rng(2)
     prompts = [jnp.asarray(rng.integers(0, 30, (2, 3)), jnp.int32) for _ in range(3)]
     first = gpt.generate(model, prompts[0], 5, key=key, top_k=4)

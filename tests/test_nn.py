@@ -1,5 +1,6 @@
 """frost.nn against PyTorch with the same weights: forward outputs and gradients (input and
 parameters), BatchNorm's running statistics, plus the Module system and error messages."""
+
 import dataclasses
 
 import jax
@@ -49,7 +50,9 @@ def compare(layer, torch_layer, params, x, *, channels_first=False, train=False,
     cot = rng.standard_normal(y_shape).astype(np.float32)
     floating = jnp.issubdtype(x.dtype, jnp.floating)
     argnums = (0, 1) if floating else 0
-    (_, y), grads = jax.jit(jax.value_and_grad(frost_loss, argnums=argnums, has_aux=True))(layer, x, cot)
+    (_, y), grads = jax.jit(jax.value_and_grad(frost_loss, argnums=argnums, has_aux=True))(
+        layer, x, cot
+    )
     layer_grads, x_grad = grads if floating else (grads, None)
 
     to_t = nhwc_to_nchw if channels_first else np.asarray
@@ -74,26 +77,38 @@ TRANSPOSE = lambda w: np.asarray(w).T  # noqa: E731
 
 def test_linear(key):
     layer = nn.Linear(5, 7, key=key)
-    compare(layer, torch.nn.Linear(5, 7), {"weight": ("weight", TRANSPOSE), "bias": ("bias", IDENT)}, rand((3, 4, 5)))
+    compare(
+        layer,
+        torch.nn.Linear(5, 7),
+        {"weight": ("weight", TRANSPOSE), "bias": ("bias", IDENT)},
+        rand((3, 4, 5)),
+    )
 
 
 def test_linear_without_bias(key):
     layer = nn.Linear(5, 7, use_bias=False, key=key)
     assert layer.bias is None
-    compare(layer, torch.nn.Linear(5, 7, bias=False), {"weight": ("weight", TRANSPOSE)}, rand((3, 5)))
+    compare(
+        layer, torch.nn.Linear(5, 7, bias=False), {"weight": ("weight", TRANSPOSE)}, rand((3, 5))
+    )
 
 
-@pytest.mark.parametrize("kw", [
-    dict(kernel_size=3, stride=1, padding=1),
-    dict(kernel_size=3, stride=2, padding=1, dilation=2),
-    dict(kernel_size=(3, 1), stride=(2, 1), padding=((1, 0), (0, 0)), groups=2),
-    dict(kernel_size=1, stride=2, use_bias=False),
-])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(kernel_size=3, stride=1, padding=1),
+        dict(kernel_size=3, stride=2, padding=1, dilation=2),
+        dict(kernel_size=(3, 1), stride=(2, 1), padding=((1, 0), (0, 0)), groups=2),
+        dict(kernel_size=1, stride=2, use_bias=False),
+    ],
+)
 def test_conv2d(key, kw):
     layer = nn.Conv2d(4, 6, key=key, **kw)
     tkw = {k: v for k, v in kw.items() if k not in ("use_bias", "padding")}
     pad = kw.get("padding", 0)
-    if isinstance(pad, tuple) and isinstance(pad[0], tuple):  # asymmetric: pad the torch input by hand
+    if isinstance(pad, tuple) and isinstance(
+        pad[0], tuple
+    ):  # asymmetric: pad the torch input by hand
         torch_conv = torch.nn.Conv2d(4, 6, bias=kw.get("use_bias", True), **tkw)
         (l0, h0), (l1, h1) = pad
         torch_layer = torch.nn.Sequential(torch.nn.ZeroPad2d((l1, h1, l0, h0)), torch_conv)
@@ -108,8 +123,13 @@ def test_conv2d(key, kw):
 
 def test_conv1d(key):
     layer = nn.Conv1d(3, 5, 4, stride=2, padding=2, dilation=1, key=key)
-    compare(layer, torch.nn.Conv1d(3, 5, 4, stride=2, padding=2),
-            {"weight": ("weight", conv_weight_to_torch), "bias": ("bias", IDENT)}, rand((2, 11, 3)), channels_first=True)
+    compare(
+        layer,
+        torch.nn.Conv1d(3, 5, 4, stride=2, padding=2),
+        {"weight": ("weight", conv_weight_to_torch), "bias": ("bias", IDENT)},
+        rand((2, 11, 3)),
+        channels_first=True,
+    )
 
 
 def test_conv_same_padding_keeps_shape(key):
@@ -140,8 +160,12 @@ def test_batchnorm_train_steps_running_stats_and_eval(key):
     with torch.no_grad():
         for f, (a, fn) in stats.items():
             getattr(torch_layer, a).copy_(torch.tensor(fn(getattr(layer, f))))
-    compare(layer, torch_layer, _bn_params(), rand((4, 5, 5, 3), 21), channels_first=True, train=False)
-    compare(layer, torch_layer, _bn_params(), rand((4, 5, 5, 3), 20), channels_first=True, train=True)
+    compare(
+        layer, torch_layer, _bn_params(), rand((4, 5, 5, 3), 21), channels_first=True, train=False
+    )
+    compare(
+        layer, torch_layer, _bn_params(), rand((4, 5, 5, 3), 20), channels_first=True, train=True
+    )
 
 
 def test_batchnorm1d_on_features():
@@ -158,8 +182,15 @@ def test_batchnorm_state_threads_through_nested_modules(key):
             return self.head(self.body(x).mean(axis=(1, 2)))
 
     k1, k2, k3 = jax.random.split(key, 3)
-    model = Block(nn.Sequential(nn.Conv2d(2, 4, 3, key=k1), nn.BatchNorm(4), nn.ReLU(),
-                                nn.Sequential(nn.Conv2d(4, 4, 1, key=k2), nn.BatchNorm(4))), nn.Linear(4, 2, key=k3))
+    model = Block(
+        nn.Sequential(
+            nn.Conv2d(2, 4, 3, key=k1),
+            nn.BatchNorm(4),
+            nn.ReLU(),
+            nn.Sequential(nn.Conv2d(4, 4, 1, key=k2), nn.BatchNorm(4)),
+        ),
+        nn.Linear(4, 2, key=k3),
+    )
     x = rand((3, 6, 6, 2))
     y_eval = model(x)
     _, new = nn.apply(model, x, train=True)
@@ -182,8 +213,12 @@ def test_batchnorm_state_threads_through_nested_modules(key):
 
 def test_layernorm(key):
     layer = nn.LayerNorm((4, 5)).replace(weight=rand((4, 5), 1), bias=rand((4, 5), 2))
-    compare(layer, torch.nn.LayerNorm((4, 5)), {"weight": ("weight", IDENT), "bias": ("bias", IDENT)},
-            rand((3, 4, 5)))
+    compare(
+        layer,
+        torch.nn.LayerNorm((4, 5)),
+        {"weight": ("weight", IDENT), "bias": ("bias", IDENT)},
+        rand((3, 4, 5)),
+    )
 
 
 @pytest.mark.parametrize("eps", [None, 1e-6])
@@ -194,8 +229,13 @@ def test_rmsnorm(eps):
 
 def test_groupnorm():
     layer = nn.GroupNorm(3, 6).replace(weight=rand((6,), 1), bias=rand((6,), 2))
-    compare(layer, torch.nn.GroupNorm(3, 6), {"weight": ("weight", IDENT), "bias": ("bias", IDENT)},
-            rand((2, 4, 5, 6)), channels_first=True)
+    compare(
+        layer,
+        torch.nn.GroupNorm(3, 6),
+        {"weight": ("weight", IDENT), "bias": ("bias", IDENT)},
+        rand((2, 4, 5, 6)),
+        channels_first=True,
+    )
 
 
 def test_embedding(key):
@@ -204,13 +244,19 @@ def test_embedding(key):
     compare(layer, torch.nn.Embedding(11, 4), {"weight": ("weight", IDENT)}, ids)
 
 
-@pytest.mark.parametrize("frost_pool, torch_pool", [
-    (nn.MaxPool(2), torch.nn.MaxPool2d(2)),
-    (nn.MaxPool(3, stride=2, padding=1), torch.nn.MaxPool2d(3, stride=2, padding=1)),
-    (nn.AvgPool(3, stride=2, padding=1), torch.nn.AvgPool2d(3, stride=2, padding=1)),
-    (nn.AvgPool(2), torch.nn.AvgPool2d(2)),
-    (nn.GlobalAvgPool(), torch.nn.Sequential(torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten())),
-])
+@pytest.mark.parametrize(
+    "frost_pool, torch_pool",
+    [
+        (nn.MaxPool(2), torch.nn.MaxPool2d(2)),
+        (nn.MaxPool(3, stride=2, padding=1), torch.nn.MaxPool2d(3, stride=2, padding=1)),
+        (nn.AvgPool(3, stride=2, padding=1), torch.nn.AvgPool2d(3, stride=2, padding=1)),
+        (nn.AvgPool(2), torch.nn.AvgPool2d(2)),
+        (
+            nn.GlobalAvgPool(),
+            torch.nn.Sequential(torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten()),
+        ),
+    ],
+)
 def test_pooling(frost_pool, torch_pool):
     x = rand((2, 7, 6, 3))
     if isinstance(frost_pool, nn.GlobalAvgPool):
@@ -220,20 +266,30 @@ def test_pooling(frost_pool, torch_pool):
     compare(frost_pool, torch_pool, {}, x, channels_first=True)
 
 
-@pytest.mark.parametrize("frost_act, torch_act", [
-    (nn.ReLU(), torch.nn.ReLU()), (nn.GELU(), torch.nn.GELU()), (nn.SiLU(), torch.nn.SiLU()),
-    (nn.Sigmoid(), torch.nn.Sigmoid()), (nn.Tanh(), torch.nn.Tanh()),
-    (nn.Lambda(lambda x: nn.softmax(x, axis=-1)), torch.nn.Softmax(-1)),
-    (nn.Lambda(lambda x: nn.log_softmax(x, axis=-1)), torch.nn.LogSoftmax(-1)),
-])
+@pytest.mark.parametrize(
+    "frost_act, torch_act",
+    [
+        (nn.ReLU(), torch.nn.ReLU()),
+        (nn.GELU(), torch.nn.GELU()),
+        (nn.SiLU(), torch.nn.SiLU()),
+        (nn.Sigmoid(), torch.nn.Sigmoid()),
+        (nn.Tanh(), torch.nn.Tanh()),
+        (nn.Lambda(lambda x: nn.softmax(x, axis=-1)), torch.nn.Softmax(-1)),
+        (nn.Lambda(lambda x: nn.log_softmax(x, axis=-1)), torch.nn.LogSoftmax(-1)),
+    ],
+)
 def test_activations(frost_act, torch_act):
     compare(frost_act, torch_act, {}, rand((3, 8)))
 
 
 def test_sequential_matches_torch(key):
     k1, k2 = jax.random.split(key)
-    model = nn.Sequential(nn.Linear(4, 8, key=k1), nn.GELU(), nn.LayerNorm(8), nn.Linear(8, 3, key=k2))
-    ref = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.GELU(), torch.nn.LayerNorm(8), torch.nn.Linear(8, 3))
+    model = nn.Sequential(
+        nn.Linear(4, 8, key=k1), nn.GELU(), nn.LayerNorm(8), nn.Linear(8, 3, key=k2)
+    )
+    ref = torch.nn.Sequential(
+        torch.nn.Linear(4, 8), torch.nn.GELU(), torch.nn.LayerNorm(8), torch.nn.Linear(8, 3)
+    )
     with torch.no_grad():
         for i in (0, 3):
             ref[i].weight.copy_(torch.tensor(np.asarray(model[i].weight).T))
@@ -248,6 +304,7 @@ def test_sequential_matches_torch(key):
 
 # --- dropout (no torch equivalent of its random stream: check its definition instead) ---
 
+
 def test_dropout_eval_identity_and_train_statistics(key):
     drop = nn.Dropout(0.25)
     x = jnp.ones((200, 100))
@@ -260,15 +317,21 @@ def test_dropout_eval_identity_and_train_statistics(key):
     close(y, y2)  # same key, same mask
     y3, _ = nn.apply(drop, x, train=True, key=jax.random.key(1))
     assert not np.array_equal(np.asarray(y3), np.asarray(y))
-    y4 = jax.jit(lambda x, k: nn.Dropout(0.25)(x, key=k))(x, key)  # an explicit key drops, even outside apply
-    assert abs((np.asarray(y4) != 0).mean() - 0.75) < 0.01 and np.isclose(np.asarray(y4).max(), 1 / 0.75)
+    y4 = jax.jit(lambda x, k: nn.Dropout(0.25)(x, key=k))(
+        x, key
+    )  # an explicit key drops, even outside apply
+    assert abs((np.asarray(y4) != 0).mean() - 0.75) < 0.01 and np.isclose(
+        np.asarray(y4).max(), 1 / 0.75
+    )
 
 
 def test_batchnorm_statistics_of_a_layer_not_in_the_model_raise(key):
     bn = nn.BatchNorm(3)
     x = jax.random.normal(key, (8, 4, 4, 3))
     with pytest.raises(ValueError, match="not part of the model given to apply"):
-        nn.apply(lambda x: bn.replace(weight=bn.weight * 1.0)(x), x, train=True)  # a copy made inside the pass
+        nn.apply(
+            lambda x: bn.replace(weight=bn.weight * 1.0)(x), x, train=True
+        )  # a copy made inside the pass
 
 
 def test_embedding_refuses_out_of_range_ids_and_never_wraps(key):
@@ -282,8 +345,17 @@ def test_embedding_refuses_out_of_range_ids_and_never_wraps(key):
     assert np.isnan(np.asarray(out[1:])).all()
 
 
-@pytest.mark.parametrize("kwargs", [dict(kernel_size=0), dict(stride=0), dict(groups=0), dict(dilation=0),
-                                    dict(padding=-1), dict(kernel_size=(3,))])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(kernel_size=0),
+        dict(stride=0),
+        dict(groups=0),
+        dict(dilation=0),
+        dict(padding=-1),
+        dict(kernel_size=(3,)),
+    ],
+)
 def test_conv_refuses_impossible_configurations(kwargs, key):
     args = dict(in_channels=4, out_channels=4, kernel_size=3) | kwargs
     with pytest.raises(ValueError, match="must be"):
@@ -294,7 +366,9 @@ def test_two_dropouts_get_different_keys(key):
     model = nn.Sequential(nn.Dropout(0.5), nn.Lambda(lambda x: x * 1.0))
     x = jnp.ones((2, 1000))
     a, _ = nn.apply(nn.Dropout(0.5), x, train=True, key=key)
-    b, _ = nn.apply(nn.Sequential(nn.Dropout(0.5), nn.Dropout(0.0), nn.Dropout(0.5)), x, train=True, key=key)
+    b, _ = nn.apply(
+        nn.Sequential(nn.Dropout(0.5), nn.Dropout(0.0), nn.Dropout(0.5)), x, train=True, key=key
+    )
     assert model is not None and not np.array_equal(np.asarray(a) != 0, np.asarray(b) != 0)
 
 
@@ -306,6 +380,7 @@ def test_dropout_missing_key_says_so():
 
 
 # --- the Module system ---
+
 
 class MLP(nn.Module):
     layers: tuple
@@ -402,18 +477,54 @@ def test_pytorch_default_init_bounds(key):
 
 # --- error messages ---
 
-@pytest.mark.parametrize("layer, x, pattern", [
-    (lambda k: nn.Linear(3, 4, key=k), jnp.ones((2, 5)), r"Linear\(in_features=3, out_features=4\) expected input \(\.\.\., 3\), got shape \(2, 5\)"),
-    (lambda k: nn.Linear(3, 4, key=k), jnp.ones((2, 3), jnp.int32), r"Linear.*floating dtype, got shape \(2, 3\) and dtype int32"),
-    (lambda k: nn.Linear(3, 4, key=k), jnp.ones((2, 3), jnp.bfloat16), r"Linear.*dtype float32.*got .*bfloat16"),
-    (lambda k: nn.Conv2d(3, 8, 3, key=k), jnp.ones((2, 8, 8, 4)), r"Conv\(in_channels=3.*expected input \(N, H, W, 3\), got shape \(2, 8, 8, 4\)"),
-    (lambda k: nn.Conv2d(3, 8, 3, key=k), jnp.ones((8, 8, 3)), r"Conv.*expected input \(N, H, W, 3\), got shape \(8, 8, 3\)"),
-    (lambda k: nn.BatchNorm(6), jnp.ones((2, 4, 4, 5)), r"BatchNorm\(num_features=6.*\(N, \.\.\., 6\), got shape \(2, 4, 4, 5\)"),
-    (lambda k: nn.LayerNorm(6), jnp.ones((2, 5)), r"LayerNorm.*\(\.\.\., 6\), got shape \(2, 5\)"),
-    (lambda k: nn.GroupNorm(2, 6), jnp.ones((2, 3, 4)), r"GroupNorm.*got shape \(2, 3, 4\)"),
-    (lambda k: nn.Embedding(10, 4, key=k), jnp.ones((2, 3)), r"Embedding.*integer ids.*float32"),
-    (lambda k: nn.MaxPool(2), jnp.ones((4, 4, 3)), r"MaxPool.*got shape \(4, 4, 3\)"),
-])
+
+@pytest.mark.parametrize(
+    "layer, x, pattern",
+    [
+        (
+            lambda k: nn.Linear(3, 4, key=k),
+            jnp.ones((2, 5)),
+            r"Linear\(in_features=3, out_features=4\) expected input \(\.\.\., 3\), got shape \(2, 5\)",
+        ),
+        (
+            lambda k: nn.Linear(3, 4, key=k),
+            jnp.ones((2, 3), jnp.int32),
+            r"Linear.*floating dtype, got shape \(2, 3\) and dtype int32",
+        ),
+        (
+            lambda k: nn.Linear(3, 4, key=k),
+            jnp.ones((2, 3), jnp.bfloat16),
+            r"Linear.*dtype float32.*got .*bfloat16",
+        ),
+        (
+            lambda k: nn.Conv2d(3, 8, 3, key=k),
+            jnp.ones((2, 8, 8, 4)),
+            r"Conv\(in_channels=3.*expected input \(N, H, W, 3\), got shape \(2, 8, 8, 4\)",
+        ),
+        (
+            lambda k: nn.Conv2d(3, 8, 3, key=k),
+            jnp.ones((8, 8, 3)),
+            r"Conv.*expected input \(N, H, W, 3\), got shape \(8, 8, 3\)",
+        ),
+        (
+            lambda k: nn.BatchNorm(6),
+            jnp.ones((2, 4, 4, 5)),
+            r"BatchNorm\(num_features=6.*\(N, \.\.\., 6\), got shape \(2, 4, 4, 5\)",
+        ),
+        (
+            lambda k: nn.LayerNorm(6),
+            jnp.ones((2, 5)),
+            r"LayerNorm.*\(\.\.\., 6\), got shape \(2, 5\)",
+        ),
+        (lambda k: nn.GroupNorm(2, 6), jnp.ones((2, 3, 4)), r"GroupNorm.*got shape \(2, 3, 4\)"),
+        (
+            lambda k: nn.Embedding(10, 4, key=k),
+            jnp.ones((2, 3)),
+            r"Embedding.*integer ids.*float32",
+        ),
+        (lambda k: nn.MaxPool(2), jnp.ones((4, 4, 3)), r"MaxPool.*got shape \(4, 4, 3\)"),
+    ],
+)
 def test_shape_errors_name_layer_and_shapes(key, layer, x, pattern):
     with pytest.raises(ValueError, match=pattern):
         layer(key)(x)
@@ -421,7 +532,9 @@ def test_shape_errors_name_layer_and_shapes(key, layer, x, pattern):
 
 def test_error_inside_sequential_names_inner_layer(key):
     model = nn.Sequential(nn.Linear(3, 4, key=key), nn.Linear(5, 2, key=key))
-    with pytest.raises(ValueError, match=r"Linear\(in_features=5, out_features=2\).*got shape \(1, 4\)"):
+    with pytest.raises(
+        ValueError, match=r"Linear\(in_features=5, out_features=2\).*got shape \(1, 4\)"
+    ):
         model(jnp.ones((1, 3)))
 
 

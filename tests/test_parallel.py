@@ -4,6 +4,7 @@ Each case runs tests/parallel_job.py in subprocesses: the device count and the m
 runtime are fixed when JAX starts, and this pytest process has started JAX already. The three
 subprocesses (8 devices; two processes of one device) start together, so their compiles share
 the cores, and the single-device losses of the 8-device job are the two processes' reference."""
+
 import json
 import os
 import pathlib
@@ -38,13 +39,26 @@ def free_port() -> int:
 def jobs():
     """{name: (return code, stdout, stderr)} of the 8-device job and of the two processes."""
     port = free_port()
-    argvs = {"strategies": (["strategies"], 8), **{f"process {i}": (["process", str(i), "2", str(port)], 1)
-                                                   for i in range(2)}}
-    procs = {name: subprocess.Popen([sys.executable, JOB, *argv], env=env(devices), stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, text=True) for name, (argv, devices) in argvs.items()}
+    argvs = {
+        "strategies": (["strategies"], 8),
+        **{f"process {i}": (["process", str(i), "2", str(port)], 1) for i in range(2)},
+    }
+    procs = {
+        name: subprocess.Popen(
+            [sys.executable, JOB, *argv],
+            env=env(devices),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for name, (argv, devices) in argvs.items()
+    }
     deadline = time.monotonic() + TIMEOUT  # for all three
     try:
-        outputs = {name: p.communicate(timeout=max(deadline - time.monotonic(), 1)) for name, p in procs.items()}
+        outputs = {
+            name: p.communicate(timeout=max(deadline - time.monotonic(), 1))
+            for name, p in procs.items()
+        }
     finally:
         for p in procs.values():  # end them all, on success or failure
             if p.poll() is None:
@@ -64,7 +78,9 @@ def strategies(jobs):
 def test_eight_devices_match_one(strategies, model, variants):
     single = strategies[f"{model}_1"]["losses"]
     for v in variants:
-        np.testing.assert_allclose(strategies[f"{model}_{v}"]["losses"], single, rtol=2e-5, err_msg=v)
+        np.testing.assert_allclose(
+            strategies[f"{model}_{v}"]["losses"], single, rtol=2e-5, err_msg=v
+        )
 
 
 def test_fsdp_stores_an_eighth_per_device(strategies):
@@ -76,8 +92,10 @@ def test_fsdp_stores_an_eighth_per_device(strategies):
 
 
 def test_wrong_mesh_names_axis_and_sizes(strategies):
-    assert strategies["batch_error"] == ("--batch-size 12 is not divisible by mesh axis 'data' of size 8; "
-                                         "choose a batch size that is a multiple of 8")
+    assert strategies["batch_error"] == (
+        "--batch-size 12 is not divisible by mesh axis 'data' of size 8; "
+        "choose a batch size that is a multiple of 8"
+    )
     assert "data=3 x model=1 = 3 devices, but 8 are visible" in strategies["mesh_error"]
 
 

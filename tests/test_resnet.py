@@ -1,4 +1,5 @@
 """ResNets against a PyTorch reference written here, given the same weights: logits and gradients."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -20,8 +21,9 @@ class TorchBasicBlock(torch.nn.Module):
         self.option, self.stride, self.pad = option, stride, cout - cin
         self.shortcut = None
         if (stride != 1 or cin != cout) and option == "B":
-            self.shortcut = torch.nn.Sequential(torch.nn.Conv2d(cin, cout, 1, stride, bias=False),
-                                                torch.nn.BatchNorm2d(cout))
+            self.shortcut = torch.nn.Sequential(
+                torch.nn.Conv2d(cin, cout, 1, stride, bias=False), torch.nn.BatchNorm2d(cout)
+            )
 
     def forward(self, x):
         y = F.relu(self.bn1(self.conv1(x)))
@@ -29,7 +31,10 @@ class TorchBasicBlock(torch.nn.Module):
         if self.shortcut is not None:
             r = self.shortcut(x)
         elif self.stride != 1 or self.pad:  # option A: subsample, zero-pad channels
-            r = F.pad(x[:, :, ::self.stride, ::self.stride], (0, 0, 0, 0, self.pad // 2, self.pad - self.pad // 2))
+            r = F.pad(
+                x[:, :, :: self.stride, :: self.stride],
+                (0, 0, 0, 0, self.pad // 2, self.pad - self.pad // 2),
+            )
         else:
             r = x
         return F.relu(y + r)
@@ -38,8 +43,11 @@ class TorchBasicBlock(torch.nn.Module):
 class TorchResNet(torch.nn.Module):
     def __init__(self, depths, widths, num_classes, cin, option):
         super().__init__()
-        self.stem = torch.nn.Sequential(torch.nn.Conv2d(cin, widths[0], 3, 1, 1, bias=False),
-                                        torch.nn.BatchNorm2d(widths[0]), torch.nn.ReLU())
+        self.stem = torch.nn.Sequential(
+            torch.nn.Conv2d(cin, widths[0], 3, 1, 1, bias=False),
+            torch.nn.BatchNorm2d(widths[0]),
+            torch.nn.ReLU(),
+        )
         blocks, c = [], widths[0]
         for s, (d, w) in enumerate(zip(depths, widths)):
             for i in range(d):
@@ -73,7 +81,9 @@ def copy_into_torch(model, ref):
     return pairs
 
 
-@pytest.mark.parametrize("depths, widths, option", [((3, 3, 3), (16, 32, 64), "A"), ((1, 1), (8, 16), "B")])
+@pytest.mark.parametrize(
+    "depths, widths, option", [((3, 3, 3), (16, 32, 64), "A"), ((1, 1), (8, 16), "B")]
+)
 def test_cifar_resnet_matches_torch(key, depths, widths, option):
     model = resnet.ResNet(resnet.BasicBlock, depths, widths, 10, 3, False, option, key=key)
     ref = TorchResNet(depths, widths, 10, 3, option).train()
@@ -83,7 +93,9 @@ def test_cifar_resnet_matches_torch(key, depths, widths, option):
 
     def loss(m):
         logits, new = nn.apply(m, jnp.asarray(x), train=True)
-        return jnp.mean(-jnp.take_along_axis(jax.nn.log_softmax(logits), jnp.asarray(labels)[:, None], 1)), (logits, new)
+        return jnp.mean(
+            -jnp.take_along_axis(jax.nn.log_softmax(logits), jnp.asarray(labels)[:, None], 1)
+        ), (logits, new)
 
     (l, (logits, new)), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(model)
     tlogits = ref(torch.tensor(x.transpose(0, 3, 1, 2)))
@@ -91,34 +103,58 @@ def test_cifar_resnet_matches_torch(key, depths, widths, option):
     tl.backward()
     np.testing.assert_allclose(logits, tlogits.detach().numpy(), rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(l, tl.item(), rtol=1e-5)
-    g = {jax.tree_util.keystr(p, simple=True, separator=".").replace("layers.", ""): v
-         for p, v in jax.tree_util.tree_flatten_with_path(grads)[0]}
+    g = {
+        jax.tree_util.keystr(p, simple=True, separator=".").replace("layers.", ""): v
+        for p, v in jax.tree_util.tree_flatten_with_path(grads)[0]
+    }
     for name, tp in dict(ref.named_parameters()).items():
         value = np.asarray(g[name])
-        value = value.transpose(3, 2, 0, 1) if value.ndim == 4 else value.T if value.ndim == 2 else value
+        value = (
+            value.transpose(3, 2, 0, 1)
+            if value.ndim == 4
+            else value.T
+            if value.ndim == 2
+            else value
+        )
         np.testing.assert_allclose(value, tp.grad.numpy(), rtol=1e-3, atol=1e-5, err_msg=name)
     # Running statistics after the training-mode pass match torch's.
-    np.testing.assert_allclose(new.blocks[0].bn1.running_var, ref.blocks[0].bn1.running_var.numpy(), rtol=1e-5)
+    np.testing.assert_allclose(
+        new.blocks[0].bn1.running_var, ref.blocks[0].bn1.running_var.numpy(), rtol=1e-5
+    )
     # Eval mode with those statistics.
     ref.eval()
-    np.testing.assert_allclose(jax.jit(lambda m, x: m(x))(new, jnp.asarray(x)), ref(torch.tensor(x.transpose(0, 3, 1, 2))).detach().numpy(),
-                               rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(
+        jax.jit(lambda m, x: m(x))(new, jnp.asarray(x)),
+        ref(torch.tensor(x.transpose(0, 3, 1, 2))).detach().numpy(),
+        rtol=1e-4,
+        atol=1e-5,
+    )
 
 
-@pytest.mark.parametrize("name, classes, params", [
-    ("resnet18", 1000, 11_689_512), ("resnet34", 1000, 21_797_672), ("resnet50", 1000, 25_557_032),  # torchvision
-    ("resnet20", 10, 269_722), ("resnet56", 10, 853_018),  # option A, as in akamaster/pytorch_resnet_cifar10
-    ("cifar_resnet18", 10, 11_173_962),
-])
+@pytest.mark.parametrize(
+    "name, classes, params",
+    [
+        ("resnet18", 1000, 11_689_512),
+        ("resnet34", 1000, 21_797_672),
+        ("resnet50", 1000, 25_557_032),  # torchvision
+        ("resnet20", 10, 269_722),
+        ("resnet56", 10, 853_018),  # option A, as in akamaster/pytorch_resnet_cifar10
+        ("cifar_resnet18", 10, 11_173_962),
+    ],
+)
 def test_parameter_counts(key, name, classes, params):
     shapes = jax.eval_shape(lambda k: resnet.MODELS[name](classes, 3, key=k), key)
     mask = nn.trainable_mask(shapes)
-    count = sum(int(np.prod(s.shape)) for s, m in zip(jax.tree.leaves(shapes), jax.tree.leaves(mask)) if m)
+    count = sum(
+        int(np.prod(s.shape)) for s, m in zip(jax.tree.leaves(shapes), jax.tree.leaves(mask)) if m
+    )
     assert count == params
 
 
 def test_imagenet_stem_output_shape(key):
-    out = jax.eval_shape(lambda k, x: resnet.resnet18(5, 1, key=k)(x), key, jnp.ones((2, 64, 64, 1)))
+    out = jax.eval_shape(
+        lambda k, x: resnet.resnet18(5, 1, key=k)(x), key, jnp.ones((2, 64, 64, 1))
+    )
     assert out.shape == (2, 5)
 
 

@@ -1,6 +1,7 @@
 """frost.rl: jnp environments step for step beside gymnasium, MinAtar and bsuite's Catch; PPO and
 DQN pieces against hand-computed values; Anakin and Sebulba runs through the CLI; Sebulba's
 determinism across actor counts and its error paths."""
+
 import argparse
 import functools
 import json
@@ -35,17 +36,20 @@ def frost_rl(*argv):
 def play(env, key, steps, policy):
     """A jitted rollout of one env under `policy(state, key) -> action`: (states before each step,
     actions, rewards, dones, info) stacked, as numpy."""
+
     def body(state, key):
         k_act, k_step = jax.random.split(key)
         action = policy(state, k_act)
         _, new, reward, done, info = env.step(k_step, state, action)
         return new, (state, action, reward, done, info)
+
     _, state = env.reset(jax.random.fold_in(key, 1 << 30))
     _, out = anakin.jit(lambda s, k: jax.lax.scan(body, s, jax.random.split(k, steps)))(state, key)
     return jax.tree.map(np.asarray, out)
 
 
 # --- environments beside their references --------------------------------------------------------
+
 
 def test_cartpole_steps_as_gymnasium():
     """The same state and action into gymnasium's CartPole-v1 (TimeLimit included): the same next
@@ -56,11 +60,17 @@ def test_cartpole_steps_as_gymnasium():
     def balance(s, key):
         k_eps, k_a = jax.random.split(key)
         push = (s.theta + 0.5 * s.theta_dot + 0.01 * s.x + 0.1 * s.x_dot > 0).astype(jnp.int32)
-        return jnp.where(jax.random.uniform(k_eps) < 0.1, jax.random.randint(k_a, (), 0, 2, jnp.int32), push)
+        return jnp.where(
+            jax.random.uniform(k_eps) < 0.1, jax.random.randint(k_a, (), 0, 2, jnp.int32), push
+        )
+
     ref = gymnasium.make("CartPole-v1")
     ref.reset(seed=0)
     ends = np.zeros(2, int)
-    for key, steps, policy in ((1, 2000, balance), (2, 1000, lambda s, k: jax.random.randint(k, (), 0, 2))):
+    for key, steps, policy in (
+        (1, 2000, balance),
+        (2, 1000, lambda s, k: jax.random.randint(k, (), 0, 2)),
+    ):
         states, actions, rewards, dones, info = play(env, jax.random.key(key), steps, policy)
         vec = np.stack([states.x, states.x_dot, states.theta, states.theta_dot], 1)  # (N, 4)
         got = []  # gymnasium's (next obs, reward, terminated, truncated) of each step
@@ -89,7 +99,12 @@ class BsuiteCatch:
         self.rows, self.columns = rows, columns
 
     def reset(self, ball_x):
-        self.ball_x, self.ball_y, self.paddle_x, self.paddle_y = ball_x, 0, self.columns // 2, self.rows - 1
+        self.ball_x, self.ball_y, self.paddle_x, self.paddle_y = (
+            ball_x,
+            0,
+            self.columns // 2,
+            self.rows - 1,
+        )
         return self.observation()
 
     def step(self, action):
@@ -107,7 +122,9 @@ class BsuiteCatch:
 
 def test_catch_steps_as_bsuite():
     env = envs.make("catch")
-    states, actions, rewards, dones, _ = play(env, jax.random.key(3), 3000, lambda s, k: jax.random.randint(k, (), 0, 3))
+    states, actions, rewards, dones, _ = play(
+        env, jax.random.key(3), 3000, lambda s, k: jax.random.randint(k, (), 0, 3)
+    )
     observe = jax.jit(jax.vmap(env.observe))
     obs = np.asarray(observe(states))
     ref = BsuiteCatch()
@@ -133,6 +150,7 @@ def test_breakout_steps_as_minatar():
         follow = jnp.where(aim < s.paddle, 1, jnp.where(aim > s.paddle, 2, 0)).astype(jnp.int32)
         random = jax.random.randint(k_a, (), 0, 3, jnp.int32)
         return jnp.where(jax.random.uniform(k_eps) < 0.05, random, follow)
+
     follow = play(env, jax.random.key(4), 4000, policy)
     rand = play(env, jax.random.key(5), 2000, lambda s, k: jax.random.randint(k, (), 0, 3))
     observe = jax.jit(jax.vmap(env.observe))
@@ -142,25 +160,38 @@ def test_breakout_steps_as_minatar():
         for t in range(len(actions)):
             if t == 0 or dones[t - 1]:
                 ref.reset()
-                ref.ball_x, ref.ball_dir, ref.last_x = int(states.ball_x[t]), int(states.ball_dir[t]), int(states.last_x[t])
+                ref.ball_x, ref.ball_dir, ref.last_x = (
+                    int(states.ball_x[t]),
+                    int(states.ball_dir[t]),
+                    int(states.last_x[t]),
+                )
             seen.append(ref.state())
             got.append(ref.act((0, 1, 3)[int(actions[t])]))
         np.testing.assert_array_equal(np.array(seen), np.asarray(observe(states)))
         np.testing.assert_array_equal(np.array(got), np.stack([rewards, dones], 1))
     episodes = np.split(follow[2], np.flatnonzero(follow[3]) + 1)
-    assert max(e.sum() for e in episodes) > 30  # an episode cleared all 30 bricks, so they were refilled
+    assert (
+        max(e.sum() for e in episodes) > 30
+    )  # an episode cleared all 30 bricks, so they were refilled
     assert rand[3].sum() > 100
 
 
 # --- loss pieces by hand ------------------------------------------------------------------------
+
 
 def test_gae_on_a_written_out_trajectory():
     # gamma = lam = 0.5; V = 1, 2, 3, then 4 to bootstrap from; rewards 1; the episode ends at t = 1.
     #   t=2: delta = 1 + 0.5*4 - 3 = 0,  A = 0
     #   t=1: delta = 1 - 2 = -1 (done: no bootstrap, no carry),  A = -1
     #   t=0: delta = 1 + 0.5*2 - 1 = 1,  A = 1 + 0.25*(-1) = 0.75
-    adv, ret = ppo.gae(jnp.array([[1.0], [2.0], [3.0]]), jnp.ones((3, 1)), jnp.array([[False], [True], [False]]),
-                       jnp.array([4.0]), 0.5, 0.5)
+    adv, ret = ppo.gae(
+        jnp.array([[1.0], [2.0], [3.0]]),
+        jnp.ones((3, 1)),
+        jnp.array([[False], [True], [False]]),
+        jnp.array([4.0]),
+        0.5,
+        0.5,
+    )
     np.testing.assert_allclose(adv[:, 0], [0.75, -1.0, 0.0])
     np.testing.assert_allclose(ret[:, 0], [1.75, 1.0, 3.0])
 
@@ -172,9 +203,15 @@ def test_ppo_loss_pieces():
 
     def model(obs):
         return logits, value
-    batch = {"obs": jnp.zeros((2, 1)), "action": jnp.array([0, 1]), "logp": jnp.log(jnp.array([0.25, 0.5])),
-             "adv": jnp.array([3.0, 1.0]),  # normalised to +1, -1
-             "value": jnp.array([1.0, 0.1]), "ret": jnp.array([2.0, -1.0])}
+
+    batch = {
+        "obs": jnp.zeros((2, 1)),
+        "action": jnp.array([0, 1]),
+        "logp": jnp.log(jnp.array([0.25, 0.5])),
+        "adv": jnp.array([3.0, 1.0]),  # normalised to +1, -1
+        "value": jnp.array([1.0, 0.1]),
+        "ret": jnp.array([2.0, -1.0]),
+    }
     cfg = ppo.Config()
     _, m = ppo.loss(model, batch, cfg)
     np.testing.assert_allclose(m["policy_loss"], -(1.2 * 1 + 0.8 * -1) / 2, rtol=1e-6)
@@ -182,7 +219,9 @@ def test_ppo_loss_pieces():
     np.testing.assert_allclose(m["value_loss"], 0.5 * (0.64 + 1.0) / 2, rtol=1e-6)
     entropy = (np.log(2) - (0.75 * np.log(0.75) + 0.25 * np.log(0.25))) / 2
     np.testing.assert_allclose(m["entropy"], entropy, rtol=1e-6)
-    np.testing.assert_allclose(m["loss"], m["policy_loss"] + 0.5 * m["value_loss"] - 0.01 * entropy, rtol=1e-6)
+    np.testing.assert_allclose(
+        m["loss"], m["policy_loss"] + 0.5 * m["value_loss"] - 0.01 * entropy, rtol=1e-6
+    )
 
 
 def test_dqn_targets_and_epsilon():
@@ -190,14 +229,21 @@ def test_dqn_targets_and_epsilon():
     target = jnp.array([[10.0, 20.0], [30.0, 40.0], [5.0, 6.0]])
     reward, done = jnp.array([1.0, 2.0, 3.0]), jnp.array([False, False, True])
     # double: the online net picks (1, 0, 1), the target net values them: 20, 30, (done)
-    np.testing.assert_allclose(dqn.targets(online, target, reward, done, 0.9, double=True), [19.0, 29.0, 3.0])
+    np.testing.assert_allclose(
+        dqn.targets(online, target, reward, done, 0.9, double=True), [19.0, 29.0, 3.0]
+    )
     # DQN: the target net picks and values: 20, 40
-    np.testing.assert_allclose(dqn.targets(online, target, reward, done, 0.9, double=False), [19.0, 38.0, 3.0])
+    np.testing.assert_allclose(
+        dqn.targets(online, target, reward, done, 0.9, double=False), [19.0, 38.0, 3.0]
+    )
     cfg = dqn.Config(total_steps=1000, eps_fraction=0.5)
-    np.testing.assert_allclose([dqn.epsilon(s, cfg) for s in (0, 250, 500, 900)], [1.0, 0.525, 0.05, 0.05], rtol=1e-6)
+    np.testing.assert_allclose(
+        [dqn.epsilon(s, cfg) for s in (0, 250, 500, 900)], [1.0, 0.525, 0.05, 0.05], rtol=1e-6
+    )
 
 
 # --- Anakin through the CLI -----------------------------------------------------------------------
+
 
 def test_cli_anakin_ppo_end_to_end(tmp_path, capsys):
     """`frost rl ppo --env cartpole --seeds 2`: both seeds' returns rise; the run dir holds
@@ -221,17 +267,26 @@ def test_cli_anakin_ppo_end_to_end(tmp_path, capsys):
         assert line.startswith(f"seed {row['seed']}: mean return {row['final_return']:.1f}")
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["ppo", "--env", "pong"], "--env 'pong': choose cartpole, catch, breakout or gym:ID"),
-    (["ppo", "--env", "gym:NoSuchEnv-v9"], "gymnasium cannot make 'NoSuchEnv-v9'"),
-    (["ppo", "--env", "gym:Pendulum-v1"], "PPO here needs discrete actions, not Box"),
-    (["ppo", "--env", "cartpole", "--actors", "2"], "--actors 2: actor processes exist only in --mode sebulba"),
-    (["ppo", "--env", "gym:CartPole-v1", "--mode", "anakin"], "use --mode sebulba"),
-    (["ppo", "--env", "catch", "--mode", "sebulba"], "--mode sebulba steps host envs"),
-    (["dqn", "--env", "gym:CartPole-v1"], "only ppo trains in sebulba mode"),
-    (["ppo", "--seeds", "0"], "--seeds 0: must be a whole number >= 1"),
-    (["ppo", "--env", "gym:CartPole-v1", "--actors", "3"], "--actors 3: must divide the 8 environments"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["ppo", "--env", "pong"], "--env 'pong': choose cartpole, catch, breakout or gym:ID"),
+        (["ppo", "--env", "gym:NoSuchEnv-v9"], "gymnasium cannot make 'NoSuchEnv-v9'"),
+        (["ppo", "--env", "gym:Pendulum-v1"], "PPO here needs discrete actions, not Box"),
+        (
+            ["ppo", "--env", "cartpole", "--actors", "2"],
+            "--actors 2: actor processes exist only in --mode sebulba",
+        ),
+        (["ppo", "--env", "gym:CartPole-v1", "--mode", "anakin"], "use --mode sebulba"),
+        (["ppo", "--env", "catch", "--mode", "sebulba"], "--mode sebulba steps host envs"),
+        (["dqn", "--env", "gym:CartPole-v1"], "only ppo trains in sebulba mode"),
+        (["ppo", "--seeds", "0"], "--seeds 0: must be a whole number >= 1"),
+        (
+            ["ppo", "--env", "gym:CartPole-v1", "--actors", "3"],
+            "--actors 3: must divide the 8 environments",
+        ),
+    ],
+)
 def test_cli_usage_errors(tmp_path, argv, message):
     with pytest.raises(UsageError, match=message.replace("(", r"\(").replace(")", r"\)")):
         frost_rl(*argv, "--out", str(tmp_path / "new"))
@@ -248,6 +303,7 @@ def test_cli_refuses_another_runs_folder(tmp_path):
 
 # --- Sebulba --------------------------------------------------------------------------------------
 
+
 def our_children():
     return [p for p in mp.active_children() if p.name.startswith("frost-data")]
 
@@ -261,8 +317,18 @@ def test_sebulba_trains_and_is_deterministic_across_actor_counts(tmp_path, capsy
     actor through the library: the same losses to the bit, update for update; the policy lag is 1
     after the first rollout; returns rise; nothing is left running."""
     out = tmp_path / "sebulba"
-    frost_rl("ppo", "--env", "gym:CartPole-v1", "--actors", "2", "--deterministic", "--steps", "12288",
-             "--out", str(out))
+    frost_rl(
+        "ppo",
+        "--env",
+        "gym:CartPole-v1",
+        "--actors",
+        "2",
+        "--deterministic",
+        "--steps",
+        "12288",
+        "--out",
+        str(out),
+    )
     two = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [m["lag_max"] for m in two] == [0] + [1] * 11
     assert two[-1]["return"] > 1.5 * two[0]["return"]
@@ -271,8 +337,14 @@ def test_sebulba_trains_and_is_deterministic_across_actor_counts(tmp_path, capsy
     frost_rl("eval", str(out))
     assert capsys.readouterr().out.startswith("seed 0: mean return")
     one = []
-    ppo.sebulba(functools.partial(gymnasium.make, "CartPole-v1"), presets("ppo", "gym:CartPole-v1", 12288),
-                seed=0, actors=1, deterministic=True, on_update=lambda u, m: one.append(float(m["loss"])))
+    ppo.sebulba(
+        functools.partial(gymnasium.make, "CartPole-v1"),
+        presets("ppo", "gym:CartPole-v1", 12288),
+        seed=0,
+        actors=1,
+        deterministic=True,
+        on_update=lambda u, m: one.append(float(m["loss"])),
+    )
     assert one == [m["loss"] for m in two]
 
 
@@ -302,12 +374,17 @@ def test_sebulba_env_exception_reaches_the_learner():
         pool.submit(policy_net(), 0)
         with pytest.raises(WorkerError, match="actor 0 failed") as err:
             pool.collect()
-    assert "RuntimeError: the simulator broke" in err.value.traceback and "in step" in err.value.traceback
+    assert (
+        "RuntimeError: the simulator broke" in err.value.traceback
+        and "in step" in err.value.traceback
+    )
     assert our_children() == [] and frost_segments() == []
 
 
 def test_sebulba_killed_actor_is_raised_at_once():
-    with actors.Actors(functools.partial(gymnasium.make, "CartPole-v1"), num_envs=2, steps=20, actors=1) as pool:
+    with actors.Actors(
+        functools.partial(gymnasium.make, "CartPole-v1"), num_envs=2, steps=20, actors=1
+    ) as pool:
         pool.submit(policy_net(), 0)
         pool.collect()  # the actor is up and acting
         os.kill(pool.pids[0], signal.SIGKILL)
@@ -323,6 +400,7 @@ def test_anakin_shards_seeds_over_devices():
     seed's numbers are what it computes alone."""
     import subprocess
     import sys
+
     code = """if True:
         import jax, jax.numpy as jnp, numpy as np
         from frost.rl import anakin
@@ -337,8 +415,13 @@ def test_anakin_shards_seeds_over_devices():
         np.testing.assert_allclose(r["x"], np.stack(alone), rtol=1e-6)
         print(len(r["x"].sharding.device_set), r["x"].sharding.spec, r["n"].tolist())
     """
-    env = dict(os.environ, XLA_FLAGS=f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=2",
-               JAX_PLATFORMS="cpu")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    env = dict(
+        os.environ,
+        XLA_FLAGS=f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=2",
+        JAX_PLATFORMS="cpu",
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["2", "P('data',)", "[6,", "6,", "6,", "6]"]

@@ -1,4 +1,5 @@
 """frost.text: byte-level BPE checked against a naive trainer written here and against HF tokenizers."""
+
 import json
 import os
 import random
@@ -16,8 +17,20 @@ from hypothesis import strategies as st
 
 from frost.config import UsageError
 from frost.text.bpe import _pieces
-from frost.text import (GPT4_PATTERN, Tokenizer, count_chunks, kjv_text, load, save, save_hf, split_chunks,
-                        stream_files, token_dtype, train, train_counts)
+from frost.text import (
+    GPT4_PATTERN,
+    Tokenizer,
+    count_chunks,
+    kjv_text,
+    load,
+    save,
+    save_hf,
+    split_chunks,
+    stream_files,
+    token_dtype,
+    train,
+    train_counts,
+)
 
 tokenizers = pytest.importorskip("tokenizers")
 EOT = "<|endoftext|>"
@@ -25,6 +38,7 @@ HYPO = settings(deadline=None, suppress_health_check=[HealthCheck.function_scope
 
 
 # ----------------------------------------------------------------------------- references
+
 
 def naive_train(counts: dict[str, int], vocab_size: int) -> list[tuple[int, int, int]]:
     """Textbook BPE: recount every pair at every step; highest count wins, ties go to the smallest
@@ -63,15 +77,24 @@ def naive_train(counts: dict[str, int], vocab_size: int) -> list[tuple[int, int,
 def hf_trainer(vocab_size: int):
     """HF tokenizers' BPE trainer, set up like ours: our regex, then byte-level with no regex."""
     from tokenizers import Regex, models, pre_tokenizers, trainers
+
     tok = tokenizers.Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(GPT4_PATTERN), "isolated"),
-                                                 pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(GPT4_PATTERN), "isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     return tok, trainer
 
 
 # ----------------------------------------------------------------------------- fixtures
+
 
 @pytest.fixture(scope="module")
 def lines():
@@ -100,8 +123,15 @@ def hf4k(kjv4k, tmp_path_factory):
 
 unicode_text = st.one_of(
     st.text(),  # any code point but surrogates
-    st.text(st.sampled_from("😀👍🏽🇫🇷👨‍👩‍👧汉字かなカナ한국어 \t\n\r\u00a0\u3000é'sS1"), max_size=60),
-    st.builds(lambda n, m, s: " " * n + "\n" * m + s, st.integers(0, 3000), st.integers(0, 50), st.text(max_size=5)),
+    st.text(
+        st.sampled_from("😀👍🏽🇫🇷👨‍👩‍👧汉字かなカナ한국어 \t\n\r\u00a0\u3000é'sS1"), max_size=60
+    ),
+    st.builds(
+        lambda n, m, s: " " * n + "\n" * m + s,
+        st.integers(0, 3000),
+        st.integers(0, 50),
+        st.text(max_size=5),
+    ),
 )
 
 
@@ -121,19 +151,28 @@ def test_round_trip_corpus_and_edges(small):
 
 
 @HYPO
-@given(s=st.text(st.characters(max_codepoint=127)) | st.text(st.sampled_from(" \t\n\r\x0b\x0c\x1c\x1fa1'.sS")))
+@given(
+    s=st.text(st.characters(max_codepoint=127))
+    | st.text(st.sampled_from(" \t\n\r\x0b\x0c\x1c\x1fa1'.sS"))
+)
 def test_ascii_fast_path_splits_like_the_regex_module(s):
     assert split_chunks(GPT4_PATTERN, s) == regex.findall(GPT4_PATTERN, s)
 
 
 def test_split_chunks_keeps_unmatched_text():
     assert split_chunks(GPT4_PATTERN, "Hello world!!") == ["Hello", " world", "!!"]
-    assert split_chunks(r"\d+", "ab12cd3") == ["ab", "12", "cd", "3"]  # gaps become chunks, as in HF
+    assert split_chunks(r"\d+", "ab12cd3") == [
+        "ab",
+        "12",
+        "cd",
+        "3",
+    ]  # gaps become chunks, as in HF
     tok = Tokenizer([], pattern=r"\d+")
     assert tok.decode(tok.encode("ab12cd3")) == "ab12cd3"
 
 
 # ----------------------------------------------------------------------------- trainer vs naive
+
 
 def test_trainer_matches_naive_on_kjv():
     counts = count_chunks(kjv_text()[:30_000], workers=1)
@@ -141,8 +180,10 @@ def test_trainer_matches_naive_on_kjv():
 
 
 @HYPO
-@given(texts=st.lists(st.text(st.sampled_from("aab c'\n1é😀"), max_size=40), max_size=12),
-       n_merges=st.integers(0, 40))
+@given(
+    texts=st.lists(st.text(st.sampled_from("aab c'\n1é😀"), max_size=40), max_size=12),
+    n_merges=st.integers(0, 40),
+)
 def test_trainer_matches_naive(texts, n_merges):
     counts = Counter(c for t in texts for c in regex.findall(GPT4_PATTERN, t))
     assert train(texts, 256 + n_merges, workers=1).merges == naive_train(counts, 256 + n_merges)
@@ -189,6 +230,7 @@ def test_vocab_size_checks():
 
 # ----------------------------------------------------------------------------- HF tokenizers
 
+
 def test_hf_export_gives_our_ids_on_the_whole_corpus(kjv4k, hf4k, lines):
     ours = kjv4k.encode_batch(lines, workers=2)
     theirs = [e.ids for e in hf4k.encode_batch(lines)]
@@ -207,7 +249,9 @@ def test_long_chunk_matches_hf_in_n_log_n_time(kjv4k, hf4k):
     chunk = "a" * 10_000 + "".join(rng.choices("etaoinshrdlucmfwypvbgk", k=50_000))
     start = time.perf_counter()
     ids = kjv4k.encode(chunk)
-    assert time.perf_counter() - start < 5  # 40k letters took 7.8 s when each merge rescanned the chunk
+    assert (
+        time.perf_counter() - start < 5
+    )  # 40k letters took 7.8 s when each merge rescanned the chunk
     assert ids == hf4k.encode(chunk).ids and kjv4k.decode(ids) == chunk
 
 
@@ -239,6 +283,7 @@ def test_compression_within_one_percent_of_hf(lines):
 
 # ----------------------------------------------------------------------------- special tokens
 
+
 def test_special_tokens_allowed_refused_or_text(small):
     s = f"a{EOT}b<|pad|>"
     with pytest.raises(ValueError, match="special token"):
@@ -253,6 +298,7 @@ def test_special_tokens_allowed_refused_or_text(small):
 
 
 # ----------------------------------------------------------------------------- files
+
 
 def test_save_load_round_trip(small, tmp_path):
     path = tmp_path / "tok.json"
@@ -270,20 +316,29 @@ def _edit(text, change):
     return json.dumps(data)
 
 
-@pytest.mark.parametrize("damage, message", [
-    (lambda s: s[: len(s) // 2], "not valid JSON"),
-    (lambda s: "", "not valid JSON"),
-    (lambda s: s.replace('"frost-bpe"', '"other"'), "not a Frost tokenizer"),
-    (lambda s: s.replace('"version":1', '"version":99'), "version 99"),
-    (lambda s: s.replace('"merges"', '"merge"'), "missing field"),
-    (lambda s: _edit(s, lambda d: d["merges"][0].append(7)), "triples"),
-    (lambda s: _edit(s, lambda d: d["merges"][0].__setitem__(2, 400)), "does not exist"),
-    (lambda s: _edit(s, lambda d: d["merges"][5].__setitem__(2, 256)), "not"),
-    (lambda s: _edit(s, lambda d: d["special_tokens"].__setitem__(EOT, 3)), "special token ids"),
-    (lambda s: _edit(s, lambda d: d.__setitem__("pattern", "(unclosed")), "not a valid regex"),
-    (lambda s: _edit(s, lambda d: d.__setitem__("pattern", "")), "matches the empty string"),
-    (lambda s: _edit(s, lambda d: d.__setitem__("pattern", r"\s*")), "matches the empty string"),
-])
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (lambda s: s[: len(s) // 2], "not valid JSON"),
+        (lambda s: "", "not valid JSON"),
+        (lambda s: s.replace('"frost-bpe"', '"other"'), "not a Frost tokenizer"),
+        (lambda s: s.replace('"version":1', '"version":99'), "version 99"),
+        (lambda s: s.replace('"merges"', '"merge"'), "missing field"),
+        (lambda s: _edit(s, lambda d: d["merges"][0].append(7)), "triples"),
+        (lambda s: _edit(s, lambda d: d["merges"][0].__setitem__(2, 400)), "does not exist"),
+        (lambda s: _edit(s, lambda d: d["merges"][5].__setitem__(2, 256)), "not"),
+        (
+            lambda s: _edit(s, lambda d: d["special_tokens"].__setitem__(EOT, 3)),
+            "special token ids",
+        ),
+        (lambda s: _edit(s, lambda d: d.__setitem__("pattern", "(unclosed")), "not a valid regex"),
+        (lambda s: _edit(s, lambda d: d.__setitem__("pattern", "")), "matches the empty string"),
+        (
+            lambda s: _edit(s, lambda d: d.__setitem__("pattern", r"\s*")),
+            "matches the empty string",
+        ),
+    ],
+)
 def test_malformed_file_errors_name_the_file(small, tmp_path, damage, message):
     path = tmp_path / "broken.json"
     save(small, path)
@@ -303,65 +358,144 @@ def test_loading_a_hf_file_says_what_it_is(small, tmp_path):
 
 # ----------------------------------------------------------------------------- CLI
 
+
 def test_cli_train_and_encode(tmp_path, capsys):
     from frost.cli import main
+
     docs = [kjv_text()[:50_000], kjv_text()[50_000:80_000]]
     paths = []
     for i, doc in enumerate(docs):
         paths.append(tmp_path / f"doc{i}.txt")
         paths[-1].write_text(doc, encoding="utf-8")
     tok_path, out = tmp_path / "tok.json", tmp_path / "tokens.bin"
-    assert main(["tokenizer", "train", *map(str, paths), "--vocab-size", "600", "-o", str(tok_path),
-                 "--special", EOT]) == 0
+    assert (
+        main(
+            [
+                "tokenizer",
+                "train",
+                *map(str, paths),
+                "--vocab-size",
+                "600",
+                "-o",
+                str(tok_path),
+                "--special",
+                EOT,
+            ]
+        )
+        == 0
+    )
     tok = load(tok_path)
-    assert tok.vocab_size == 600 and tok.merges == train(docs, 600, special_tokens=[EOT], workers=1).merges
-    assert main(["tokenizer", "encode", "--tokenizer", str(tok_path), *map(str, paths), "-o", str(out),
-                 "--eot", EOT]) == 0
+    assert (
+        tok.vocab_size == 600
+        and tok.merges == train(docs, 600, special_tokens=[EOT], workers=1).merges
+    )
+    assert (
+        main(
+            [
+                "tokenizer",
+                "encode",
+                "--tokenizer",
+                str(tok_path),
+                *map(str, paths),
+                "-o",
+                str(out),
+                "--eot",
+                EOT,
+            ]
+        )
+        == 0
+    )
     ids = np.memmap(out, dtype=token_dtype(tok.vocab_size), mode="r")
     eot = [tok.special[EOT]]
-    assert ids.dtype == np.uint16 and ids.tolist() == tok.encode(docs[0]) + eot + tok.encode(docs[1]) + eot
+    assert (
+        ids.dtype == np.uint16
+        and ids.tolist() == tok.encode(docs[0]) + eot + tok.encode(docs[1]) + eot
+    )
     assert token_dtype(65536) == np.uint32
     assert not list(tmp_path.glob(".*.tmp"))  # written atomically
-    paths[1].write_text(f"a{EOT}b", encoding="utf-8")  # a special token in the text is refused by default
+    paths[1].write_text(
+        f"a{EOT}b", encoding="utf-8"
+    )  # a special token in the text is refused by default
     for extra in (["--eot", EOT], ["--eot", "<|nope|>"]):
-        assert main(["tokenizer", "encode", "--tokenizer", str(tok_path), *map(str, paths), "-o", str(out), *extra]) == 2
+        assert (
+            main(
+                [
+                    "tokenizer",
+                    "encode",
+                    "--tokenizer",
+                    str(tok_path),
+                    *map(str, paths),
+                    "-o",
+                    str(out),
+                    *extra,
+                ]
+            )
+            == 2
+        )
     assert np.memmap(out, dtype=np.uint16, mode="r").tolist() == ids.tolist()  # the old file stands
     assert "<|nope|>" in capsys.readouterr().err
 
 
 def test_cli_mistakes_are_one_line(tmp_path, capsys):
     from frost.cli import main
+
     (tmp_path / "data.bin").write_bytes(bytes(range(256)) * 10)
     (tmp_path / "a.txt").write_text("hello world, " * 50, encoding="utf-8")
     a, tok = str(tmp_path / "a.txt"), str(tmp_path / "tok.json")
-    cases = [(["train", str(tmp_path / "data.bin"), "--vocab-size", "300"], "data.bin: not UTF-8 text"),
-             (["train", str(tmp_path / "nope.txt"), "--vocab-size", "300"], "nope.txt"),
-             (["train", a, "--vocab-size", "100"], "use at least 256"),
-             (["train", a, "--vocab-size", "300", "--pattern", ""], "matches the empty string"),
-             (["train", a, "--vocab-size", "300", "--pattern", "(x"], "not a valid regex"),
-             (["train", a, "--vocab-size", "300", "--workers", "0"], "workers=0"),
-             (["encode", "--tokenizer", tok, a], "tok.json: cannot read"),
-             (["train", a, "--vocab-size", "300", "--hf", str(tmp_path / "no" / "hf.json")], "there is no folder")]
+    cases = [
+        (["train", str(tmp_path / "data.bin"), "--vocab-size", "300"], "data.bin: not UTF-8 text"),
+        (["train", str(tmp_path / "nope.txt"), "--vocab-size", "300"], "nope.txt"),
+        (["train", a, "--vocab-size", "100"], "use at least 256"),
+        (["train", a, "--vocab-size", "300", "--pattern", ""], "matches the empty string"),
+        (["train", a, "--vocab-size", "300", "--pattern", "(x"], "not a valid regex"),
+        (["train", a, "--vocab-size", "300", "--workers", "0"], "workers=0"),
+        (["encode", "--tokenizer", tok, a], "tok.json: cannot read"),
+        (
+            ["train", a, "--vocab-size", "300", "--hf", str(tmp_path / "no" / "hf.json")],
+            "there is no folder",
+        ),
+    ]
     for argv, message in cases:
-        assert main(["tokenizer", *argv, "-o", tok if argv[0] == "train" else str(tmp_path / "t.bin")]) == 2
+        assert (
+            main(["tokenizer", *argv, "-o", tok if argv[0] == "train" else str(tmp_path / "t.bin")])
+            == 2
+        )
         err = capsys.readouterr().err
         shown = err.rsplit("\r", 1)[-1]  # what a terminal shows: a progress bar, if any, was erased
-        assert shown.startswith("frost: error: ") and message in shown and err.count("\n") == 1, (argv, err)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt", "data.bin"]  # nothing (half-)written
+        assert shown.startswith("frost: error: ") and message in shown and err.count("\n") == 1, (
+            argv,
+            err,
+        )
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "a.txt",
+        "data.bin",
+    ]  # nothing (half-)written
 
 
 def test_imports_and_the_numba_cache(tmp_path):
     """frost.text loads lazily, bpe does not import io (nor numba, until training); with no cache
     folder numba could write (here, NUMBA_CACHE_DIR, ~/.cache), the merge loop warns, and compiles."""
     from frost.text import merge
+
     shutil.copy(merge.__file__, tmp_path / "merge_copy.py")
     (tmp_path / "__pycache__").write_text("")
-    code = ("import sys, frost.text.cli, frost.text; assert 'numpy' not in sys.modules and 'regex' not in sys.modules\n"
-            "import frost.text.bpe; assert 'frost.text.io' not in sys.modules and 'numba' not in sys.modules\n"
-            "import merge_copy")
-    env = {**os.environ, "NUMBA_CACHE_DIR": "/dev/null/numba", "XDG_CACHE_HOME": "/dev/null/cache", "HOME": "/dev/null"}
-    run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True)
-    assert run.returncode == 0 and "set NUMBA_CACHE_DIR to a writable folder" in run.stderr, run.stderr
+    code = (
+        "import sys, frost.text.cli, frost.text; assert 'numpy' not in sys.modules and 'regex' not in sys.modules\n"
+        "import frost.text.bpe; assert 'frost.text.io' not in sys.modules and 'numba' not in sys.modules\n"
+        "import merge_copy"
+    )
+    env = {
+        **os.environ,
+        "NUMBA_CACHE_DIR": "/dev/null/numba",
+        "XDG_CACHE_HOME": "/dev/null/cache",
+        "HOME": "/dev/null",
+    }
+    run = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert run.returncode == 0 and "set NUMBA_CACHE_DIR to a writable folder" in run.stderr, (
+        run.stderr
+    )
 
 
 def test_kjv_corpus():

@@ -1,4 +1,5 @@
 """Training loop and the `frost train` / `frost plot` commands (checkpoints: tests/test_checkpoint.py)."""
+
 import functools
 import json
 import subprocess
@@ -22,10 +23,13 @@ def tiny_model(key):
 
 def tiny_data(n=48, seed=0):
     rng = np.random.default_rng(seed)
-    return rng.standard_normal((n, 8, 8, 1)).astype(np.float32), rng.integers(0, 3, n).astype(np.int32)
+    return rng.standard_normal((n, 8, 8, 1)).astype(np.float32), rng.integers(0, 3, n).astype(
+        np.int32
+    )
 
 
 # --- the loop ---
+
 
 def test_correct_is_argmax_with_its_ties():
     rng = np.random.default_rng(0)
@@ -50,11 +54,24 @@ def run(tmp_path, name, epochs, max_steps=None, resume=False, images=None, seed=
     state = loop.TrainState(model, opt.init(model), jax.random.key(1))
     if resume:
         state = loop.restore(tmp_path / name, state)
-    with data.Loader(data.Arrays(x, y), 8, seed=seed, drop_last=True, state=state.loader_state) as loader:
-        state = loop.fit(state, step, loader, epochs=epochs, run_dir=tmp_path / name, log_every=1,
-                         progress=False, max_steps=max_steps)
-    losses = [r["loss"] for r in map(json.loads, (tmp_path / name / "metrics.jsonl").read_text().splitlines())
-              if "loss" in r]
+    with data.Loader(
+        data.Arrays(x, y), 8, seed=seed, drop_last=True, state=state.loader_state
+    ) as loader:
+        state = loop.fit(
+            state,
+            step,
+            loader,
+            epochs=epochs,
+            run_dir=tmp_path / name,
+            log_every=1,
+            progress=False,
+            max_steps=max_steps,
+        )
+    losses = [
+        r["loss"]
+        for r in map(json.loads, (tmp_path / name / "metrics.jsonl").read_text().splitlines())
+        if "loss" in r
+    ]
     return state, losses
 
 
@@ -73,7 +90,9 @@ def test_non_finite_loss_stops_with_step_and_keeps_last_checkpoint(tmp_path):
     good = checkpoint.latest(tmp_path / "nan" / "checkpoints")
     x_bad = x.copy()
     x_bad[:] = np.nan
-    with pytest.raises(loop.NonFiniteError, match=r"step 7: .*The last checkpoint, .*step_00000006"):
+    with pytest.raises(
+        loop.NonFiniteError, match=r"step 7: .*The last checkpoint, .*step_00000006"
+    ):
         run(tmp_path, "nan", epochs=2, resume=True, images=(x_bad, y))
     assert checkpoint.latest(tmp_path / "nan" / "checkpoints") == good
 
@@ -84,10 +103,19 @@ def test_non_finite_last_step_of_an_epoch_is_caught_before_the_checkpoint(tmp_pa
     def step(model, opt_state, batch, key):
         model = model + 1
         return model, opt_state, {"loss": jnp.float32(0), "finite": model != 6}
-    with data.Loader(data.Arrays(np.zeros(48, np.float32)), 8, shuffle=False) as loader:  # 6 batches
+
+    with data.Loader(
+        data.Arrays(np.zeros(48, np.float32)), 8, shuffle=False
+    ) as loader:  # 6 batches
         with pytest.raises(loop.NonFiniteError, match=r"step 6: .*none yet"):
-            loop.fit(loop.TrainState(jnp.int32(0), (), jax.random.key(0)), step, loader, epochs=1,
-                     run_dir=tmp_path, progress=False)
+            loop.fit(
+                loop.TrainState(jnp.int32(0), (), jax.random.key(0)),
+                step,
+                loader,
+                epochs=1,
+                run_dir=tmp_path,
+                progress=False,
+            )
     assert checkpoint.latest(tmp_path / "checkpoints") is None
 
 
@@ -96,7 +124,9 @@ def test_train_step_compiles_once_and_updates_batchnorm_statistics(key):
     opt = optim.sgd(0.01)
     step = loop.make_train_step(opt)
     x, y = tiny_data(16)
-    mean_before = np.asarray(model.blocks[0].bn1.running_mean)  # the step donates (frees) its inputs
+    mean_before = np.asarray(
+        model.blocks[0].bn1.running_mean
+    )  # the step donates (frees) its inputs
     m1, s1, metrics = step(model, opt.init(model), (jnp.asarray(x[:8]), jnp.asarray(y[:8])), key)
     before = step._cache_size()
     m2, _, _ = step(m1, s1, (jnp.asarray(x[8:]), jnp.asarray(y[8:])), key)
@@ -129,26 +159,63 @@ def test_skip_policy_skips_bad_steps_then_stops_after_max_skips(tmp_path):
         i = jnp.ravel(batch[0])[0]  # steps 3, 4 and 9-12 see values 2, 3 and 8-11
         bad = (i == 2) | (i == 3) | (i >= 8)
         return jnp.where(bad, model, model + 1), opt_state, {"loss": jnp.float32(0), "finite": ~bad}
+
     source = data.Arrays(np.arange(12, dtype=np.int32))
     with data.Loader(source, 1, shuffle=False) as loader:
-        state = loop.fit(loop.TrainState(jnp.int32(0), (), jax.random.key(0)), step, loader, epochs=1,
-                         run_dir=tmp_path / "a", progress=False, on_nonfinite="skip", max_skips=5, log_every=1)
+        state = loop.fit(
+            loop.TrainState(jnp.int32(0), (), jax.random.key(0)),
+            step,
+            loader,
+            epochs=1,
+            run_dir=tmp_path / "a",
+            progress=False,
+            on_nonfinite="skip",
+            max_skips=5,
+            log_every=1,
+        )
     assert int(state.model) == 6 and state.skipped == 2 + 4 and state.step == 12
-    logged = [json.loads(line) for line in (tmp_path / "a" / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in logged if "loss" in r] == [1, 2, 5, 6, 7, 8]  # skipped steps are not logged
+    logged = [
+        json.loads(line) for line in (tmp_path / "a" / "metrics.jsonl").read_text().splitlines()
+    ]
+    assert [r["step"] for r in logged if "loss" in r] == [
+        1,
+        2,
+        5,
+        6,
+        7,
+        8,
+    ]  # skipped steps are not logged
     with data.Loader(source, 1, shuffle=False) as loader:
-        with pytest.raises(loop.NonFiniteError, match=r"step 11: .*3 steps in a row .*--max-skips 3"):
-            loop.fit(loop.TrainState(jnp.int32(0), (), jax.random.key(0)), step, loader, epochs=1,
-                     run_dir=tmp_path / "b", progress=False, on_nonfinite="skip", max_skips=3)
+        with pytest.raises(
+            loop.NonFiniteError, match=r"step 11: .*3 steps in a row .*--max-skips 3"
+        ):
+            loop.fit(
+                loop.TrainState(jnp.int32(0), (), jax.random.key(0)),
+                step,
+                loader,
+                epochs=1,
+                run_dir=tmp_path / "b",
+                progress=False,
+                on_nonfinite="skip",
+                max_skips=3,
+            )
 
 
 def test_resume_drops_metrics_logged_after_the_checkpoint_and_a_cut_last_line(tmp_path):
     from frost.train import metrics
+
     log = tmp_path / "metrics.jsonl"
-    log.write_text("".join(json.dumps({"step": s, "loss": 1.0}) + "\n" for s in range(1, 9)) + '{"step": 9, "lo')
-    assert [r["step"] for r in metrics.read(log)] == list(range(1, 9))  # the cut last line is skipped
+    log.write_text(
+        "".join(json.dumps({"step": s, "loss": 1.0}) + "\n" for s in range(1, 9))
+        + '{"step": 9, "lo'
+    )
+    assert [r["step"] for r in metrics.read(log)] == list(
+        range(1, 9)
+    )  # the cut last line is skipped
     metrics.rewind(log, 6)
-    assert [r["step"] for r in metrics.read(log)] == list(range(1, 7)) and log.read_text().endswith("\n")
+    assert [r["step"] for r in metrics.read(log)] == list(range(1, 7)) and log.read_text().endswith(
+        "\n"
+    )
     log.write_text('{"step": 1}\nnot json\n{"step": 2}\n')
     with pytest.raises(ValueError, match=":2: not a JSON line"):
         metrics.read(log)
@@ -161,6 +228,7 @@ OPTIMIZER_NAMES = ["sgd", "adam", "adamw", "lion", "sophia", "sophia-h", "muon"]
 def test_every_registry_optimizer_trains_in_the_step(name):
     from frost import nn
     from frost.optim import SophiaState, decay_mask, find_states, registry
+
     assert list(registry.OPTIMIZERS) == OPTIMIZER_NAMES
     k = jax.random.split(jax.random.key(0), 2)
     model = nn.Sequential(nn.Linear(6, 16, key=k[0]), nn.relu, nn.Linear(16, 3, key=k[1]))
@@ -168,34 +236,103 @@ def test_every_registry_optimizer_trains_in_the_step(name):
     opt = registry.build(name, 3e-3, weight_decay=1e-4, **extra)
     step = loop.make_train_step(opt, hessian=registry.resolve(name).hessian)
     rng = np.random.default_rng(0)
-    x, y = jnp.asarray(rng.standard_normal((32, 6)), jnp.float32), jnp.asarray(rng.integers(0, 3, 32), jnp.int32)
+    x, y = (
+        jnp.asarray(rng.standard_normal((32, 6)), jnp.float32),
+        jnp.asarray(rng.integers(0, 3, 32), jnp.int32),
+    )
     state, losses = opt.init(model), []
-    with jax.numpy_dtype_promotion("standard" if name.startswith("optax") else "strict"):  # optax mixes dtypes
+    with jax.numpy_dtype_promotion(
+        "standard" if name.startswith("optax") else "strict"
+    ):  # optax mixes dtypes
         for i in range(12):
             model, state, metrics = step(model, state, (x, y), jax.random.key(i))
             losses.append(float(metrics["loss"]))
     assert losses[-1] < losses[0]
-    for s in find_states(state, SophiaState):  # the step refreshed Sophia's Hessian estimate (steps 0 and 10)
-        assert int(s.h_step) == 10 and all(float(jnp.abs(h).sum()) > 0 for h in jax.tree.leaves(s.h))
+    for s in find_states(
+        state, SophiaState
+    ):  # the step refreshed Sophia's Hessian estimate (steps 0 and 10)
+        assert int(s.h_step) == 10 and all(
+            float(jnp.abs(h).sum()) > 0 for h in jax.tree.leaves(s.h)
+        )
 
 
 # --- the commands ---
 
+
 def test_frost_train_and_plot_on_fashion_mnist(tmp_path, capsys):
     out = tmp_path / "run"
-    assert cli(["train", "resnet20", "--max-steps", "2", "--limit", "128", "--batch-size", "64", "--workers", "0",
-                "--out", str(out), "--log", "tensorboard"]) == 0
+    assert (
+        cli(
+            [
+                "train",
+                "resnet20",
+                "--max-steps",
+                "2",
+                "--limit",
+                "128",
+                "--batch-size",
+                "64",
+                "--workers",
+                "0",
+                "--out",
+                str(out),
+                "--log",
+                "tensorboard",
+            ]
+        )
+        == 0
+    )
     text = capsys.readouterr().out
-    assert "test accuracy" in text and (out / "metrics.jsonl").exists() and checkpoint.latest(out / "checkpoints")
+    assert (
+        "test accuracy" in text
+        and (out / "metrics.jsonl").exists()
+        and checkpoint.latest(out / "checkpoints")
+    )
     assert list((out / "tensorboard").glob("events.out.tfevents.*"))
     assert json.loads((out / "result.json").read_text())["steps"] == 2
     assert cli(["train", "resnet20", "--limit", "128", "--out", str(out)]) == 2
     assert "--resume" in capsys.readouterr().err
-    assert cli(["train", "resnet20", "--limit", "256", "--max-steps", "3", "--batch-size", "64", "--workers", "0",
-                "--out", str(out), "--resume"]) == 2
+    assert (
+        cli(
+            [
+                "train",
+                "resnet20",
+                "--limit",
+                "256",
+                "--max-steps",
+                "3",
+                "--batch-size",
+                "64",
+                "--workers",
+                "0",
+                "--out",
+                str(out),
+                "--resume",
+            ]
+        )
+        == 2
+    )
     assert "--limit 128, now 256" in capsys.readouterr().err
-    assert cli(["train", "resnet20", "--limit", "128", "--max-steps", "3", "--batch-size", "64", "--workers", "0",
-                "--out", str(out), "--resume"]) == 0
+    assert (
+        cli(
+            [
+                "train",
+                "resnet20",
+                "--limit",
+                "128",
+                "--max-steps",
+                "3",
+                "--batch-size",
+                "64",
+                "--workers",
+                "0",
+                "--out",
+                str(out),
+                "--resume",
+            ]
+        )
+        == 0
+    )
     assert json.loads((out / "result.json").read_text())["steps"] == 3
     assert cli(["plot", str(out)]) == 0
     assert (out / "curves.png").read_bytes()[:4] == b"\x89PNG"
@@ -203,8 +340,33 @@ def test_frost_train_and_plot_on_fashion_mnist(tmp_path, capsys):
 
 def test_frost_train_gpt_with_sophia_and_sample_on_kjv(tmp_path, capsys):
     out = tmp_path / "gpt"
-    assert cli(["train", "gpt", "--limit", "60000", "--max-steps", "3", "--batch-size", "8", "--optimizer", "sophia",
-                "--lr", "1e-3", "--dim", "32", "--depth", "1", "--heads", "2", "--out", str(out)]) == 0
+    assert (
+        cli(
+            [
+                "train",
+                "gpt",
+                "--limit",
+                "60000",
+                "--max-steps",
+                "3",
+                "--batch-size",
+                "8",
+                "--optimizer",
+                "sophia",
+                "--lr",
+                "1e-3",
+                "--dim",
+                "32",
+                "--depth",
+                "1",
+                "--heads",
+                "2",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     text = capsys.readouterr().out
     assert "validation loss" in text and "In the beginning" in text
     assert (out / "tokenizer.json").exists() and (out / "train.bin").stat().st_size > 0
@@ -214,6 +376,7 @@ def test_frost_train_gpt_with_sophia_and_sample_on_kjv(tmp_path, capsys):
 
 def test_cli_model_names_match_the_models_and_keep_jax_out_of_start_up():
     from frost.train.configs import RESNETS
+
     assert set(RESNETS) == set(resnet.MODELS)
     code = "import sys; from frost.cli import _build_parser; _build_parser(); print('jax' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

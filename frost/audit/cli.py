@@ -6,6 +6,7 @@
 The options are generated from `AuditConfig` (frost.config), except the repeatable --optimizer.
 No JAX is imported until the audit starts, so `frost --help` stays fast.
 """
+
 import dataclasses
 
 from frost.config import Checked, UsageError, add_options, from_args, needs, option, optional, whole
@@ -14,55 +15,97 @@ BUILTIN = ("adamw", "adam", "sgd", "sgd-nesterov", "lion", "sophia", "sophia-h",
 
 
 def _names(text):
-    names = text.split(",")  # an empty name ("adamw,,lion", "lion,") is refused with the unknown ones
+    names = text.split(
+        ","
+    )  # an empty name ("adamw,,lion", "lion,") is refused with the unknown ones
     if any(n not in BUILTIN for n in names) or len(set(names)) < len(names):
         return f"must be distinct names from {', '.join(BUILTIN)}, separated by commas"
 
 
 @dataclasses.dataclass(frozen=True)
 class AuditConfig(Checked):
-    workload: str = option("all", "gpt (a GPT on KJV), image (an MLP on Fashion-MNIST), or all; each at two "
-                           "widths", choices=("gpt", "image", "all"))
-    optimizers: str = option("adamw,lion,sophia,muon", "built-in optimizers to audit, comma-separated (AdamW, the "
-                             f"reference, is always added); from {', '.join(BUILTIN)}", _names)
-    optimizer: tuple = option((), "a user optimizer MODULE:FUNCTION, make(learning_rate, **hyperparams) -> an "
-                              "optax-style GradientTransformation (repeatable)", cli=False)
-    data: str | None = option(None, "a UTF-8 text file (with --workload gpt) or an image folder with train/ and "
-                              "optionally test/ (with --workload image); default KJV and Fashion-MNIST")
-    budget: int | None = option(None, "training steps of each tuning run (a multiple of 10; default: 300 for gpt, "
-                                "400 for image, about a third of that with --quick)", optional(whole(20)))
+    workload: str = option(
+        "all",
+        "gpt (a GPT on KJV), image (an MLP on Fashion-MNIST), or all; each at two widths",
+        choices=("gpt", "image", "all"),
+    )
+    optimizers: str = option(
+        "adamw,lion,sophia,muon",
+        "built-in optimizers to audit, comma-separated (AdamW, the "
+        f"reference, is always added); from {', '.join(BUILTIN)}",
+        _names,
+    )
+    optimizer: tuple = option(
+        (),
+        "a user optimizer MODULE:FUNCTION, make(learning_rate, **hyperparams) -> an "
+        "optax-style GradientTransformation (repeatable)",
+        cli=False,
+    )
+    data: str | None = option(
+        None,
+        "a UTF-8 text file (with --workload gpt) or an image folder with train/ and "
+        "optionally test/ (with --workload image); default KJV and Fashion-MNIST",
+    )
+    budget: int | None = option(
+        None,
+        "training steps of each tuning run (a multiple of 10; default: 300 for gpt, "
+        "400 for image, about a third of that with --quick)",
+        optional(whole(20)),
+    )
     seeds: int = option(3, "fresh seeds the best configuration is rerun on", whole(3))
-    quick: bool = option(False, "a first look in minutes: the smaller width, one weight decay and key value, "
-                         "a third of the steps")
+    quick: bool = option(
+        False,
+        "a first look in minutes: the smaller width, one weight decay and key value, "
+        "a third of the steps",
+    )
     out: str = option("audit", "output folder: runs/*.json, results.json, report.md, PNG plots")
 
     def check(self):
         needs("matplotlib", "frost audit (its plots)", "'frost[plot]'")
         if self.budget is not None and self.budget % 10:
-            raise UsageError(f"--budget {self.budget}: must be a multiple of 10 (steps run in chunks of 10)")
+            raise UsageError(
+                f"--budget {self.budget}: must be a multiple of 10 (steps run in chunks of 10)"
+            )
         if self.data is not None and self.workload == "all":
-            raise UsageError(f"--data {self.data}: say which workload it is for: --workload gpt (a text file) or "
-                             "--workload image (an image folder)")
+            raise UsageError(
+                f"--data {self.data}: say which workload it is for: --workload gpt (a text file) or "
+                "--workload image (an image folder)"
+            )
         from frost.optim.registry import resolve
+
         for name in self.optimizer:
             if name in BUILTIN or ":" not in name:
-                raise UsageError(f"--optimizer {name!r}: give MODULE:FUNCTION (built-ins go in --optimizers)")
+                raise UsageError(
+                    f"--optimizer {name!r}: give MODULE:FUNCTION (built-ins go in --optimizers)"
+                )
             resolve(name)  # UsageError if it does not import
 
     @property
     def names(self) -> list[str]:
         listed = self.optimizers.split(",")
-        return (["adamw"] if "adamw" not in listed else []) + listed + list(dict.fromkeys(self.optimizer))
+        return (
+            (["adamw"] if "adamw" not in listed else [])
+            + listed
+            + list(dict.fromkeys(self.optimizer))
+        )
 
 
 def add_commands(sub) -> None:
-    p = sub.add_parser("audit", help="audit optimizers against a tuned AdamW (equal tuning, fresh seeds, CIs)",
-                       description="Tune every optimizer on the same grid, rerun the best on fresh seeds, and "
-                                   "write report.md, results.json, runs/*.json and plots to --out. A restarted "
-                                   "audit skips the runs already on disk.")
+    p = sub.add_parser(
+        "audit",
+        help="audit optimizers against a tuned AdamW (equal tuning, fresh seeds, CIs)",
+        description="Tune every optimizer on the same grid, rerun the best on fresh seeds, and "
+        "write report.md, results.json, runs/*.json and plots to --out. A restarted "
+        "audit skips the runs already on disk.",
+    )
     add_options(p, [AuditConfig])
-    p.add_argument("--optimizer", action="append", default=[], metavar="MODULE:FUNC",
-                   help=dataclasses.fields(AuditConfig)[2].metadata["help"])
+    p.add_argument(
+        "--optimizer",
+        action="append",
+        default=[],
+        metavar="MODULE:FUNC",
+        help=dataclasses.fields(AuditConfig)[2].metadata["help"],
+    )
     p.set_defaults(run=_audit)
 
 
@@ -70,5 +113,6 @@ def _audit(args):
     cfg = from_args(AuditConfig, args, "`frost audit`", optimizer=tuple(args.optimizer))
     from frost.audit.run import audit
     from frost.train.job import enable_compilation_cache
+
     enable_compilation_cache()  # a restarted (or repeated) audit skips compiling
     print(f"report: {audit(cfg)}")

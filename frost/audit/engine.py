@@ -23,6 +23,7 @@ exceeds the workload's threshold. A group whose program would need more than hal
 memory is split in halves, down to one run at a time. Programs are compiled at LLVM -O2: a third
 less compile time than the default -O3 and the same speed on these models.
 """
+
 import os
 import time
 from typing import NamedTuple
@@ -36,7 +37,10 @@ from frost.audit.protocol import ALIASES, MUON_ADAM_LR
 from frost.optim.registry import OPTIMIZERS, build, resolve
 from frost.train.loop import train_step
 
-CHUNK, PLACEHOLDER = 10, 0.5  # steps per compiled call; a non-zero build value for hyper-parameters set later
+CHUNK, PLACEHOLDER = (
+    10,
+    0.5,
+)  # steps per compiled call; a non-zero build value for hyper-parameters set later
 _programs, _evals, _keys = {}, {}, {}
 
 
@@ -48,12 +52,14 @@ class Run(NamedTuple):
 
 class Group(NamedTuple):
     runs: list
-    built: dict        # hyper-parameters the optimizer is built with (not held in its state)
+    built: dict  # hyper-parameters the optimizer is built with (not held in its state)
 
 
 def unit_lr(t, total):
     """The schedule of a peak learning rate of 1: 10% warmup, then cosine to 0 at step `total`."""
-    return optim.warmup_cosine(1.0, 100, 1000)(1000 * jnp.asarray(t, jnp.float32) / jnp.asarray(total, jnp.float32))
+    return optim.warmup_cosine(1.0, 100, 1000)(
+        1000 * jnp.asarray(t, jnp.float32) / jnp.asarray(total, jnp.float32)
+    )
 
 
 def free_memory() -> int:
@@ -67,8 +73,11 @@ def _make(workload, data, name, built, axes, peak=1.0, total=1):
     # Frost's own optimizers: weight decay on matrices only; Muon's partition
     extra = {"mask": optim.decay_mask} if ALIASES.get(name, name) in OPTIMIZERS else {}
     if name == "muon":
-        extra.update(labels=workload.muon_labels(data.classes), adam_weight_decay=PLACEHOLDER,
-                     adam_learning_rate=lambda count: MUON_ADAM_LR * lr(count))
+        extra.update(
+            labels=workload.muon_labels(data.classes),
+            adam_weight_decay=PLACEHOLDER,
+            adam_learning_rate=lambda count: MUON_ADAM_LR * lr(count),
+        )
     held = {a: PLACEHOLDER for a in axes if a not in built and a != "learning_rate"}
     return build(ALIASES.get(name, name), lr, **held, **built, **extra)
 
@@ -78,9 +87,15 @@ def _held(workload, data, name, axes) -> dict:
     tag = (workload.name, data.classes, name, axes)
     if tag not in _keys:
         model = jax.eval_shape(lambda k: workload.model(data, k), jax.random.key(0))
-        keys = optim.get_hyperparams(jax.eval_shape(_make(workload, data, name, {}, axes).init, model))
-        _keys[tag] = {a: found for a in axes if a != "learning_rate"
-                      if (found := [k for k in keys if k == a or k.endswith("/" + a)])}
+        keys = optim.get_hyperparams(
+            jax.eval_shape(_make(workload, data, name, {}, axes).init, model)
+        )
+        _keys[tag] = {
+            a: found
+            for a in axes
+            if a != "learning_rate"
+            if (found := [k for k in keys if k == a or k.endswith("/" + a)])
+        }
     return _keys[tag]
 
 
@@ -101,10 +116,17 @@ def _init(workload, data, opt, seeds, values, peaks):
     random initialisers take longer to compile as one program than to run op by op."""
     keys = jax.vmap(jax.random.key)(seeds)
     models = jax.vmap(lambda k: workload.model(data, jax.random.fold_in(k, 0)))(keys)
-    states = jax.vmap(lambda s, v: optim.set_hyperparams(s, **v))(jax.vmap(opt.init)(models), values)
+    states = jax.vmap(lambda s, v: optim.set_hyperparams(s, **v))(
+        jax.vmap(opt.init)(models), values
+    )
     states = jax.tree.map(lambda x: x[0] if jnp.issubdtype(x.dtype, jnp.integer) else x, states)
-    return models, states, jnp.asarray(peaks), jax.vmap(lambda k: jax.random.fold_in(k, 1))(keys), \
-        jnp.full(len(seeds), -1)
+    return (
+        models,
+        states,
+        jnp.asarray(peaks),
+        jax.vmap(lambda k: jax.random.fold_in(k, 1))(keys),
+        jnp.full(len(seeds), -1),
+    )
 
 
 def _program(workload, data, name, built, axes, threshold):
@@ -114,19 +136,32 @@ def _program(workload, data, name, built, axes, threshold):
     def chunk(carry, arrays, t0, total):
         def body(c, t):
             models, states, peaks, keys, bad = c
-            axes_in = jax.tree.map(lambda x: None if jnp.issubdtype(x.dtype, jnp.integer) else 0, states)
+            axes_in = jax.tree.map(
+                lambda x: None if jnp.issubdtype(x.dtype, jnp.integer) else 0, states
+            )
 
             def one(model, state, peak, key):  # train_step's default loss: softmax cross-entropy
-                step = train_step(_make(workload, data, name, built, axes, peak, total), hessian=hessian)
+                step = train_step(
+                    _make(workload, data, name, built, axes, peak, total), hessian=hessian
+                )
                 batch_key, step_key = jax.random.split(jax.random.fold_in(key, t))
-                model, state, metrics = step(model, state, workload.draw(arrays, batch_key), step_key)
+                model, state, metrics = step(
+                    model, state, workload.draw(arrays, batch_key), step_key
+                )
                 return model, state, metrics["loss"], metrics["finite"]
-            models, states, loss, finite = jax.vmap(one, in_axes=(0, axes_in, 0, 0))(models, states, peaks, keys)
-            states = jax.tree.map(lambda x, a: x if a == 0 else jnp.max(x, 0), states, axes_in)  # counters: shared
+
+            models, states, loss, finite = jax.vmap(one, in_axes=(0, axes_in, 0, 0))(
+                models, states, peaks, keys
+            )
+            states = jax.tree.map(
+                lambda x, a: x if a == 0 else jnp.max(x, 0), states, axes_in
+            )  # counters: shared
             bad = jnp.where((bad < 0) & ~(finite & (loss <= threshold)), t, bad)
             return (models, states, peaks, keys, bad), loss
+
         carry, losses = jax.lax.scan(body, carry, t0 + jnp.arange(CHUNK, dtype=jnp.int32))
-        return carry, jnp.mean(losses, 0)                                                    # (K,)
+        return carry, jnp.mean(losses, 0)  # (K,)
+
     return jax.jit(chunk, donate_argnums=0)
 
 
@@ -134,18 +169,39 @@ def run_group(workload, data, name, group: Group, max_runs: int | None = None) -
     """Train the group's runs (vmapped, `max_runs` at a time; None: as many as memory allows)."""
     runs, built = group.runs, group.built
     if max_runs is not None and len(runs) > max_runs:
-        return [r for i in range(0, len(runs), max_runs)
-                for r in run_group(workload, data, name, Group(runs[i:i + max_runs], built), max_runs)]
+        return [
+            r
+            for i in range(0, len(runs), max_runs)
+            for r in run_group(workload, data, name, Group(runs[i : i + max_runs], built), max_runs)
+        ]
     steps, axes = runs[0].steps, tuple(runs[0].hyperparams)
-    values = {k: np.asarray([r.hyperparams[a] for r in runs], np.float32)
-              for a, keys in _held(workload, data, name, axes).items() for k in keys}
+    values = {
+        k: np.asarray([r.hyperparams[a] for r in runs], np.float32)
+        for a, keys in _held(workload, data, name, axes).items()
+        for k in keys
+    }
     opt = _make(workload, data, name, built, axes)
-    carry = _init(workload, data, opt, np.asarray([r.seed for r in runs], np.int32), values,
-                  np.asarray([r.hyperparams["learning_rate"] for r in runs], np.float32))
-    tag = (workload.name, tuple(v.shape for v in data.arrays.values()), name, tuple(sorted(built.items())), len(runs))
+    carry = _init(
+        workload,
+        data,
+        opt,
+        np.asarray([r.seed for r in runs], np.int32),
+        values,
+        np.asarray([r.hyperparams["learning_rate"] for r in runs], np.float32),
+    )
+    tag = (
+        workload.name,
+        tuple(v.shape for v in data.arrays.values()),
+        name,
+        tuple(sorted(built.items())),
+        len(runs),
+    )
     if tag not in _programs:
-        _programs[tag] = _program(workload, data, name, built, axes, workload.threshold(data)).lower(
-            carry, data.arrays, np.int32(0), np.int32(steps)).compile({"xla_backend_optimization_level": 2})
+        _programs[tag] = (
+            _program(workload, data, name, built, axes, workload.threshold(data))
+            .lower(carry, data.arrays, np.int32(0), np.int32(steps))
+            .compile({"xla_backend_optimization_level": 2})
+        )
     program, stats = _programs[tag], _programs[tag].memory_analysis()
     need = stats.argument_size_in_bytes + stats.output_size_in_bytes + stats.temp_size_in_bytes
     if len(runs) > 1 and need > 0.5 * free_memory():
@@ -160,8 +216,20 @@ def run_group(workload, data, name, group: Group, max_runs: int | None = None) -
         _evals[workload.name] = jax.jit(jax.vmap(workload.eval_loss, in_axes=(0, None)))
     final = np.asarray(_evals[workload.name](carry[0], data.arrays))
     seconds = (time.perf_counter() - start) / len(runs)
-    bad = np.where((np.asarray(carry[-1]) < 0) & ~np.isfinite(final), steps - 1, np.asarray(carry[-1]))
-    return [{"final_loss": float(final[i]) if bad[i] < 0 else None, "diverged": bool(bad[i] >= 0),
-             "diverged_step": int(bad[i]) if bad[i] >= 0 else None, "steps": steps, "seconds": seconds,
-             "curve": [[(j + 1) * CHUNK, float(c[i]) if np.isfinite(c[i]) else None] for j, c in enumerate(curve)]}
-            for i in range(len(runs))]
+    bad = np.where(
+        (np.asarray(carry[-1]) < 0) & ~np.isfinite(final), steps - 1, np.asarray(carry[-1])
+    )
+    return [
+        {
+            "final_loss": float(final[i]) if bad[i] < 0 else None,
+            "diverged": bool(bad[i] >= 0),
+            "diverged_step": int(bad[i]) if bad[i] >= 0 else None,
+            "steps": steps,
+            "seconds": seconds,
+            "curve": [
+                [(j + 1) * CHUNK, float(c[i]) if np.isfinite(c[i]) else None]
+                for j, c in enumerate(curve)
+            ],
+        }
+        for i in range(len(runs))
+    ]

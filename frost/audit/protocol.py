@@ -27,6 +27,7 @@ are the rules the report states:
 - **Paper baseline**: AdamW untuned, with the defaults a paper would use; *vs paper baseline* is
   the speedup one would report against it.
 """
+
 import inspect
 import math
 from typing import NamedTuple
@@ -36,10 +37,10 @@ import scipy.stats
 
 
 class Grid(NamedTuple):
-    lr: float            # the learning-rate centre as a multiple of the workload's AdamW centre
+    lr: float  # the learning-rate centre as a multiple of the workload's AdamW centre
     weight_decay: tuple  # the two weight decays (the first is --quick's)
-    key: str | None      # the optimizer's key hyper-parameter
-    values: tuple = ()   # its two values (the first is --quick's)
+    key: str | None  # the optimizer's key hyper-parameter
+    values: tuple = ()  # its two values (the first is --quick's)
 
 
 # Centres relative to AdamW's: Lion's 3-10x lower as Chen et al. (2023) advise, and each checked
@@ -54,27 +55,44 @@ GRIDS = {
     "sophia-h": Grid(0.15, (0.1, 0.0), "gamma", (0.01, 0.05)),
     "muon": Grid(8.0, (0.1, 0.0), "momentum", (0.95, 0.9)),
 }
-ALIASES = {"sgd-nesterov": "sgd"}  # issue 13's name for the registry's "sgd" (Nesterov momentum 0.9)
+ALIASES = {
+    "sgd-nesterov": "sgd"
+}  # issue 13's name for the registry's "sgd" (Nesterov momentum 0.9)
 MUON_ADAM_LR = 0.1  # Muon's AdamW part (embeddings, head, biases) runs at this times Muon's rate
-LR_POINTS, TOLERANCE = 6, 0.02  # learning rates per grid; the LR range counts losses within this of the best
+LR_POINTS, TOLERANCE = (
+    6,
+    0.02,
+)  # learning rates per grid; the LR range counts losses within this of the best
 
 # The "paper baseline": AdamW as a paper would run it, untuned (nanoGPT's GPT-2 settings; PyTorch's defaults).
-BASELINE = {"gpt": {"learning_rate": 6e-4, "weight_decay": 0.1, "b2": 0.95},
-            "image": {"learning_rate": 1e-3, "weight_decay": 0.01, "b2": 0.999}}
+BASELINE = {
+    "gpt": {"learning_rate": 6e-4, "weight_decay": 0.1, "b2": 0.95},
+    "image": {"learning_rate": 1e-3, "weight_decay": 0.01, "b2": 0.999},
+}
 
 
 def grid(name: str, make, centre: float, quick: bool = False) -> list[dict]:
     """Every trial of optimizer `name` (built by `make`) as {hyper-parameter: value}; same count for all."""
     g = GRIDS.get(ALIASES.get(name, name))
-    if g is None:  # a user's optimizer: weight decay if `make` takes it, and learning rates for the key's share
+    if (
+        g is None
+    ):  # a user's optimizer: weight decay if `make` takes it, and learning rates for the key's share
         takes = inspect.signature(make).parameters
         wd = "weight_decay" in takes or any(p.kind == p.VAR_KEYWORD for p in takes.values())
         g = Grid(1.0, (0.1, 0.0) if wd else (None,), None)
     wds, values = (g.weight_decay[:1], g.values[:1]) if quick else (g.weight_decay, g.values)
     n = LR_POINTS * (1 if quick or g.key else 2) * (1 if quick or wds[0] is not None else 2)
     lrs = centre * g.lr * 2.0 ** (np.arange(n) - (LR_POINTS - 1) / 2 - (n - LR_POINTS) // 2)
-    return [{"learning_rate": float(f"{lr:.3g}"), **({} if wd is None else {"weight_decay": wd}),
-             **({g.key: v} if g.key else {})} for lr in lrs for wd in wds for v in (values or [None])]
+    return [
+        {
+            "learning_rate": float(f"{lr:.3g}"),
+            **({} if wd is None else {"weight_decay": wd}),
+            **({g.key: v} if g.key else {}),
+        }
+        for lr in lrs
+        for wd in wds
+        for v in (values or [None])
+    ]
 
 
 def mean_ci(xs, level: float = 0.95) -> tuple[float, float]:
@@ -95,7 +113,10 @@ def steps_to_reach(steps, losses, target: float) -> tuple[float, str]:
         steps_to_reach([100, 200, 400], [3.0, 2.5, 2.0], 2.25) -> (282.8..., "=")   # sqrt(200 * 400)
     """
     order = np.argsort(steps)
-    s, loss = np.asarray(steps, float)[order], np.minimum.accumulate(np.asarray(losses, float)[order])
+    s, loss = (
+        np.asarray(steps, float)[order],
+        np.minimum.accumulate(np.asarray(losses, float)[order]),
+    )
     if target >= loss[0]:
         return float(s[0]), "<" if target > loss[0] else "="
     if target < loss[-1]:
@@ -113,8 +134,17 @@ def best_by_lr(runs) -> dict:
     """{learning rate: the lowest final loss of its runs that did not diverge (nan if all did)},
     rates ascending: the best over the other hyper-parameters (the report's lr.png)."""
     lrs = sorted({r["hyperparams"]["learning_rate"] for r in runs})
-    return {lr: min([r["final_loss"] for r in runs if r["hyperparams"]["learning_rate"] == lr and not r["diverged"]],
-                    default=math.nan) for lr in lrs}
+    return {
+        lr: min(
+            [
+                r["final_loss"]
+                for r in runs
+                if r["hyperparams"]["learning_rate"] == lr and not r["diverged"]
+            ],
+            default=math.nan,
+        )
+        for lr in lrs
+    }
 
 
 def lr_range(runs, tolerance: float = TOLERANCE) -> float:

@@ -9,6 +9,7 @@ Resumable: each run is `OUT/runs/<id>.json` as soon as its batch ends, the id na
 workload, optimizer, budget, seed and hyper-parameters. A restarted audit trains only batches
 with a run missing; the numbers are the same (a batch is deterministic on CPU), and so is the report.
 """
+
 import dataclasses
 import hashlib
 import json
@@ -25,7 +26,10 @@ from frost.audit import engine, protocol, report, workloads
 from frost.config import UsageError, flag
 from frost.optim.registry import resolve
 
-BUDGETS, QUICK_BUDGETS = (0.5, 1, 2, 4), (0.5, 1, 2)  # AdamW's budgets for the speedup, in units of the budget
+BUDGETS, QUICK_BUDGETS = (
+    (0.5, 1, 2, 4),
+    (0.5, 1, 2),
+)  # AdamW's budgets for the speedup, in units of the budget
 
 
 def run_id(workload, name, run: engine.Run) -> str:
@@ -39,23 +43,36 @@ def command(cfg) -> str:
     for f in dataclasses.fields(cfg):
         value, option = getattr(cfg, f.name), flag(f.name)
         if value != f.default:
-            parts += [f"--optimizer {v}" for v in value] if f.name == "optimizer" else [
-                option if value is True else f"{option} {value}"]
+            parts += (
+                [f"--optimizer {v}" for v in value]
+                if f.name == "optimizer"
+                else [option if value is True else f"{option} {value}"]
+            )
     return " ".join(parts)
 
 
 class Audit:
     def __init__(self, cfg):
         self.cfg, self.out = cfg, pathlib.Path(cfg.out)
-        self.budgets = QUICK_BUDGETS if cfg.quick else BUDGETS  # AdamW's budgets, in units of the tuning budget
-        self.bar, self.work, self.done, self.trained, self.start = None, 0.0, 0.0, 0.0, time.perf_counter()
+        self.budgets = (
+            QUICK_BUDGETS if cfg.quick else BUDGETS
+        )  # AdamW's budgets, in units of the tuning budget
+        self.bar, self.work, self.done, self.trained, self.start = (
+            None,
+            0.0,
+            0.0,
+            0.0,
+            time.perf_counter(),
+        )
         # bar: the progress bar over runs; work: the plan's (steps x cost); done and trained: so far, all and new
 
     def steps(self, wl) -> int:
         return self.cfg.budget or (round(wl.steps / 60) * 20 if self.cfg.quick else wl.steps)
 
     def trials(self, wl, name) -> list[dict]:
-        return protocol.grid(name, resolve(protocol.ALIASES.get(name, name)).make, wl.lr, self.cfg.quick)
+        return protocol.grid(
+            name, resolve(protocol.ALIASES.get(name, name)).make, wl.lr, self.cfg.quick
+        )
 
     def path(self, wl, name, run) -> pathlib.Path:
         return self.out / "runs" / f"{run_id(wl.name, name, run)}.json"
@@ -65,17 +82,31 @@ class Audit:
         n = self.cfg.seeds
         for group in engine.groups(wl, data, name, runs):
             for i in range(0, len(group.runs), n):
-                batch = group.runs[i:i + n]
-                pad = n - len(batch) if len(group.runs) > n else 0  # a full batch: one program per optimizer
+                batch = group.runs[i : i + n]
+                pad = (
+                    n - len(batch) if len(group.runs) > n else 0
+                )  # a full batch: one program per optimizer
                 work = sum(r.steps for r in batch) * cost
                 if not all(self.path(wl, name, r).exists() for r in batch):
-                    results = engine.run_group(wl, data, name, engine.Group(batch + batch[-1:] * pad, group.built))
+                    results = engine.run_group(
+                        wl, data, name, engine.Group(batch + batch[-1:] * pad, group.built)
+                    )
                     (self.out / "runs").mkdir(parents=True, exist_ok=True)
                     for r, result in zip(batch, results):  # a run already on disk keeps its record
                         path = self.path(wl, name, r)
                         if not path.exists():
-                            atomic.write(path, json.dumps({"workload": wl.name, "optimizer": name,
-                                                           "hyperparams": r.hyperparams, "seed": r.seed, **result}))
+                            atomic.write(
+                                path,
+                                json.dumps(
+                                    {
+                                        "workload": wl.name,
+                                        "optimizer": name,
+                                        "hyperparams": r.hyperparams,
+                                        "seed": r.seed,
+                                        **result,
+                                    }
+                                ),
+                            )
                     self.trained += work
                 self.tick(len(batch), work)
         return [json.loads(self.path(wl, name, r).read_text()) for r in runs]
@@ -85,40 +116,73 @@ class Audit:
         self.done += work
         if self.trained:
             left = (time.perf_counter() - self.start) / self.trained * max(self.work - self.done, 0)
-            self.bar.set_postfix_str(f"about {left / 60:.0f} min left" if left >= 60 else f"{left:.0f} s left")
+            self.bar.set_postfix_str(
+                f"about {left / 60:.0f} min left" if left >= 60 else f"{left:.0f} s left"
+            )
         self.bar.update(runs)
 
     def workload(self, wl, data, names):
         """Tune, rerun and measure one workload; returns its runs by role."""
         steps, seeds, cost = self.steps(wl), range(1, self.cfg.seeds + 1), _cost(wl, data)
 
-        def train(name, hyperparams, seeds, budget=steps):  # each of `hyperparams` on each of `seeds`
-            return self.train(wl, data, name, [engine.Run(h, s, budget) for h in hyperparams for s in seeds], cost)
+        def train(
+            name, hyperparams, seeds, budget=steps
+        ):  # each of `hyperparams` on each of `seeds`
+            return self.train(
+                wl, data, name, [engine.Run(h, s, budget) for h in hyperparams for s in seeds], cost
+            )
+
         trials = {n: self.trials(wl, n) for n in names}
         tuning = {n: train(n, trials[n], [0]) for n in names}
         best = {n: protocol.best_trial(runs) for n, runs in tuning.items()}
         finals = {n: train(n, [b["hyperparams"]], seeds) for n, b in best.items() if b is not None}
-        budgets = [round(f * steps / engine.CHUNK) * engine.CHUNK for f in self.budgets] if best["adamw"] else []
-        curve = {b: finals["adamw"] if b == steps else train("adamw", [best["adamw"]["hyperparams"]], seeds, b)
-                 for b in budgets}  # tuned AdamW at each budget
+        budgets = (
+            [round(f * steps / engine.CHUNK) * engine.CHUNK for f in self.budgets]
+            if best["adamw"]
+            else []
+        )
+        curve = {
+            b: finals["adamw"]
+            if b == steps
+            else train("adamw", [best["adamw"]["hyperparams"]], seeds, b)
+            for b in budgets
+        }  # tuned AdamW at each budget
         baseline = train("adamw", [protocol.BASELINE[wl.kind]], seeds)
-        return {"steps": steps, "trials": trials, "tuning": tuning, "best": best, "finals": finals,
-                "curve": curve, "baseline": baseline}
+        return {
+            "steps": steps,
+            "trials": trials,
+            "tuning": tuning,
+            "best": best,
+            "finals": finals,
+            "curve": curve,
+            "baseline": baseline,
+        }
 
     def plan(self, variants, names) -> tuple[int, float]:
         """(runs, work) the audit will take, for the progress bar and its estimate of the time left."""
         runs = work = 0
-        for wl, data in variants:  # the grids, then reruns: finals, AdamW's other budgets, the baseline
+        for (
+            wl,
+            data,
+        ) in variants:  # the grids, then reruns: finals, AdamW's other budgets, the baseline
             trials = sum(len(self.trials(wl, n)) for n in names)
             runs += trials + self.cfg.seeds * (len(names) + len(self.budgets))
-            work += _cost(wl, data) * self.steps(wl) * (trials + self.cfg.seeds * (len(names) + sum(self.budgets)))
+            work += (
+                _cost(wl, data)
+                * self.steps(wl)
+                * (trials + self.cfg.seeds * (len(names) + sum(self.budgets)))
+            )
         return runs, work
 
 
 def _cost(wl, data) -> int:
     """Work per training step, for the time estimate: examples (tokens) per batch x parameters."""
     model = jax.eval_shape(lambda k: wl.model(data, k), jax.random.key(0))
-    return wl.batch * (workloads.SEQ_LEN if wl.kind == "gpt" else 1) * sum(x.size for x in jax.tree.leaves(model))
+    return (
+        wl.batch
+        * (workloads.SEQ_LEN if wl.kind == "gpt" else 1)
+        * sum(x.size for x in jax.tree.leaves(model))
+    )
 
 
 def audit(cfg, progress: bool = True) -> pathlib.Path:
@@ -132,9 +196,14 @@ def audit(cfg, progress: bool = True) -> pathlib.Path:
         if fresh:
             shutil.rmtree(a.out, ignore_errors=True)
         raise
-    variants = [(wl, data[wl.kind]) for wl in workloads.WORKLOADS.values()
-                if wl.kind in kinds and not (cfg.quick and not wl.name.endswith("-s"))]
+    variants = [
+        (wl, data[wl.kind])
+        for wl in workloads.WORKLOADS.values()
+        if wl.kind in kinds and not (cfg.quick and not wl.name.endswith("-s"))
+    ]
     total, a.work = a.plan(variants, cfg.names)
-    with tqdm(total=total, unit="run", desc="audit", disable=not progress, dynamic_ncols=True) as a.bar:
+    with tqdm(
+        total=total, unit="run", desc="audit", disable=not progress, dynamic_ncols=True
+    ) as a.bar:
         results = {wl.name: (wl, a.workload(wl, d, cfg.names)) for wl, d in variants}
     return report.write(a.out, results, cfg, command(cfg))

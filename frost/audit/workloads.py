@@ -14,6 +14,7 @@ keep the default audit (4 workloads, 4 optimizers, 24 trials each) within 30 min
 Training batches are drawn with replacement (random windows of text, random images); the final
 loss is the mean cross-entropy on a fixed held-out set (64 windows; 2,000 images).
 """
+
 import dataclasses
 import math
 import pathlib
@@ -34,30 +35,44 @@ VOCAB, SEQ_LEN, EVAL_WINDOWS, EVAL_IMAGES = 512, 64, 64, 2000
 
 
 class Data(NamedTuple):
-    arrays: dict       # device arrays: "train" tokens, or "train_x"/"train_y"; "eval_x"/"eval_y"; "mean"/"std"
-    classes: int       # vocabulary size or number of classes
+    arrays: dict  # device arrays: "train" tokens, or "train_x"/"train_y"; "eval_x"/"eval_y"; "mean"/"std"
+    classes: int  # vocabulary size or number of classes
 
 
 @dataclasses.dataclass(frozen=True)
 class Workload:
     name: str
-    kind: str          # "gpt" or "image"
-    width: int         # GPT model width / MLP hidden width
-    depth: int         # GPT blocks / MLP hidden layers
-    batch: int         # sequences of SEQ_LEN tokens, or images, per step
-    steps: int         # the 1x budget (training steps of a tuning run)
-    lr: float          # AdamW's learning-rate grid centre (protocol.GRIDS scales it per optimizer)
+    kind: str  # "gpt" or "image"
+    width: int  # GPT model width / MLP hidden width
+    depth: int  # GPT blocks / MLP hidden layers
+    batch: int  # sequences of SEQ_LEN tokens, or images, per step
+    steps: int  # the 1x budget (training steps of a tuning run)
+    lr: float  # AdamW's learning-rate grid centre (protocol.GRIDS scales it per optimizer)
 
     def describe(self, steps: int) -> str:
-        what = (f"GPT of width {self.width} and depth {self.depth}, batches of {self.batch} x {SEQ_LEN} tokens"
-                if self.kind == "gpt" else f"MLP, {self.depth} hidden layers of {self.width}, batches of {self.batch}")
+        what = (
+            f"GPT of width {self.width} and depth {self.depth}, batches of {self.batch} x {SEQ_LEN} tokens"
+            if self.kind == "gpt"
+            else f"MLP, {self.depth} hidden layers of {self.width}, batches of {self.batch}"
+        )
         return f"{what}, {steps} steps"
 
     def model(self, data: Data, key):
         if self.kind == "gpt":
-            return gpt.GPT(data.classes, self.width, self.depth, max(self.width // 16, 1), SEQ_LEN, rotary=True,
-                           key=key)
-        sizes = [math.prod(data.arrays["eval_x"].shape[1:])] + [self.width] * self.depth + [data.classes]
+            return gpt.GPT(
+                data.classes,
+                self.width,
+                self.depth,
+                max(self.width // 16, 1),
+                SEQ_LEN,
+                rotary=True,
+                key=key,
+            )
+        sizes = (
+            [math.prod(data.arrays["eval_x"].shape[1:])]
+            + [self.width] * self.depth
+            + [data.classes]
+        )
         layers = []
         for k, cin, cout in zip(jax.random.split(key, self.depth + 1), sizes, sizes[1:]):
             layers += [nn.Linear(cin, cout, key=k), nn.relu]
@@ -68,10 +83,10 @@ class Workload:
         if self.kind == "gpt":
             tokens = data["train"]
             starts = jax.random.randint(key, (self.batch,), 0, tokens.shape[0] - SEQ_LEN - 1)
-            window = tokens[starts[:, None] + jnp.arange(SEQ_LEN + 1)]                     # (B, T + 1)
+            window = tokens[starts[:, None] + jnp.arange(SEQ_LEN + 1)]  # (B, T + 1)
             return window[:, :-1], window[:, 1:]
         i = jax.random.randint(key, (self.batch,), 0, data["train_x"].shape[0])
-        x = image.normalise(data["train_x"][i], data["mean"], data["std"])                 # (B, H, W, C)
+        x = image.normalise(data["train_x"][i], data["mean"], data["std"])  # (B, H, W, C)
         return x, data["train_y"][i]
 
     def eval_loss(self, model, data: dict):
@@ -85,36 +100,54 @@ class Workload:
     def muon_labels(self, classes: int):
         """Muon for hidden matrices; the embedding and output layers (a matrix with a vocabulary or
         class dimension), biases and norms to AdamW, as Jordan et al. (2024) recommend."""
-        return lambda params: jax.tree.map(lambda p: "muon" if p.ndim == 2 and classes not in p.shape else "adam",
-                                           params)
+        return lambda params: jax.tree.map(
+            lambda p: "muon" if p.ndim == 2 and classes not in p.shape else "adam", params
+        )
 
 
-WORKLOADS = {w.name: w for w in (
-    Workload("gpt-s", "gpt", 32, 1, 8, 300, 1e-2),
-    Workload("gpt-m", "gpt", 48, 2, 8, 300, 4e-3),
-    Workload("image-s", "image", 64, 2, 64, 400, 6e-3),
-    Workload("image-m", "image", 256, 2, 64, 400, 4e-3),
-)}
+WORKLOADS = {
+    w.name: w
+    for w in (
+        Workload("gpt-s", "gpt", 32, 1, 8, 300, 1e-2),
+        Workload("gpt-m", "gpt", 48, 2, 8, 300, 4e-3),
+        Workload("image-s", "image", 64, 2, 64, 400, 6e-3),
+        Workload("image-m", "image", 256, 2, 64, 400, 4e-3),
+    )
+}
 
 
 def load(kind: str, source: str | None, out: pathlib.Path, progress: bool = True) -> Data:
     """The data of a workload kind on the device; `source` is --data (default: kjv, fashion-mnist)."""
-    return _text(source or "kjv", out / "gpt", progress) if kind == "gpt" else _images(source or "fashion-mnist")
+    return (
+        _text(source or "kjv", out / "gpt", progress)
+        if kind == "gpt"
+        else _images(source or "fashion-mnist")
+    )
 
 
 def _text(source, folder: pathlib.Path, progress):
     folder.mkdir(parents=True, exist_ok=True)
     # made once: reused from `folder` when the audit restarts
-    tok = lm.prepare_corpus(LMConfig(data=source, vocab_size=VOCAB, seq_len=SEQ_LEN, batch_size=8), folder, progress)
+    tok = lm.prepare_corpus(
+        LMConfig(data=source, vocab_size=VOCAB, seq_len=SEQ_LEN, batch_size=8), folder, progress
+    )
     dtype = text.token_dtype(tok.vocab_size)
     train, val = (np.fromfile(folder / f, dtype).astype(np.int32) for f in ("train.bin", "val.bin"))
     windows = min(EVAL_WINDOWS, (len(val) - 1) // SEQ_LEN)
     if windows < 1:
-        raise UsageError(f"--data {source}: the held-out 5% has {len(val)} tokens, fewer than one window of "
-                         f"{SEQ_LEN + 1}; give more text")
-    x = np.stack([val[i * SEQ_LEN:(i + 1) * SEQ_LEN + 1] for i in range(windows)])   # (E, T + 1)
-    return Data({"train": jnp.asarray(train), "eval_x": jnp.asarray(x[:, :-1]), "eval_y": jnp.asarray(x[:, 1:])},
-                tok.vocab_size)
+        raise UsageError(
+            f"--data {source}: the held-out 5% has {len(val)} tokens, fewer than one window of "
+            f"{SEQ_LEN + 1}; give more text"
+        )
+    x = np.stack([val[i * SEQ_LEN : (i + 1) * SEQ_LEN + 1] for i in range(windows)])  # (E, T + 1)
+    return Data(
+        {
+            "train": jnp.asarray(train),
+            "eval_x": jnp.asarray(x[:, :-1]),
+            "eval_y": jnp.asarray(x[:, 1:]),
+        },
+        tok.vocab_size,
+    )
 
 
 def _images(source):
@@ -126,8 +159,16 @@ def _images(source):
     else:
         tx, ty = _arrays(test, pre)
     stats = {"mean": jnp.asarray(mean, jnp.float32), "std": jnp.asarray(std, jnp.float32)}
-    return Data({**stats, "train_x": jnp.asarray(x), "train_y": jnp.asarray(y), "eval_y": jnp.asarray(ty[:EVAL_IMAGES]),
-                 "eval_x": image.normalise(jnp.asarray(tx[:EVAL_IMAGES]), **stats)}, classes)
+    return Data(
+        {
+            **stats,
+            "train_x": jnp.asarray(x),
+            "train_y": jnp.asarray(y),
+            "eval_y": jnp.asarray(ty[:EVAL_IMAGES]),
+            "eval_x": image.normalise(jnp.asarray(tx[:EVAL_IMAGES]), **stats),
+        },
+        classes,
+    )
 
 
 def _arrays(source, pre):

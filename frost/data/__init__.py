@@ -9,9 +9,17 @@
 
 Nothing here imports JAX at module level (worker processes import this package).
 """
+
 from frost.data.loader import Loader, WorkerError, load_sample, prefetch_to_device
 from frost.data.sampler import Sampler
-from frost.data.sources import Arrays, ImageFolder, TokenWindows, read_cifar, read_idx, read_idx_pair
+from frost.data.sources import (
+    Arrays,
+    ImageFolder,
+    TokenWindows,
+    read_cifar,
+    read_idx,
+    read_idx_pair,
+)
 from frost.data.transforms import Compose, Normalize, RandomCrop, RandomFlip, Resize, sample_rng
 
 __all__ = [n for n in dir() if not n.startswith("_")]

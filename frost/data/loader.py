@@ -34,6 +34,7 @@ The thread backend runs the same worker loop in threads (Pillow's decoder and la
 operations release the GIL); the process backend is the default because it measured faster
 (benchmarks/loader.py, 2 workers on 2 cores: 14,100 images/s against the threads' 5,200).
 """
+
 import collections
 import contextlib
 import itertools
@@ -53,6 +54,7 @@ import numpy as np
 from frost.config import FrostError
 from frost.data.sampler import Sampler
 from frost.data.transforms import sample_rng
+
 
 class WorkerError(FrostError, RuntimeError):
     """A data worker failed; `index` is the sample it was loading, `traceback` the worker's."""
@@ -78,7 +80,13 @@ class _Layout:
     """A batch's fields (rows, *sample shape) in dtype order, packed into one 64-byte aligned buffer."""
 
     def __init__(self, sample, rows):
-        self.keys = tuple(sample) if isinstance(sample, dict) else len(sample) if isinstance(sample, (tuple, list)) else None
+        self.keys = (
+            tuple(sample)
+            if isinstance(sample, dict)
+            else len(sample)
+            if isinstance(sample, (tuple, list))
+            else None
+        )
         self.fields = [(np.shape(x), np.asarray(x).dtype) for x in _leaves(sample)]
         self.rows, self.offsets, end = rows, [], 0
         for shape, dtype in self.fields:
@@ -87,8 +95,10 @@ class _Layout:
         self.nbytes = max(end, 64)
 
     def views(self, buffer):
-        return [np.ndarray((self.rows, *shape), dtype, buffer, offset)
-                for (shape, dtype), offset in zip(self.fields, self.offsets)]
+        return [
+            np.ndarray((self.rows, *shape), dtype, buffer, offset)
+            for (shape, dtype), offset in zip(self.fields, self.offsets)
+        ]
 
     def pack(self, leaves):
         if self.keys is None:
@@ -102,17 +112,23 @@ def _fill(out, source, transform, seed, epoch, indices):
         try:
             leaves = _leaves(load_sample(source, transform, seed, epoch, index))
             if len(leaves) != len(out):
-                raise ValueError(f"the sample has {len(leaves)} fields, the first sample had {len(out)}")
+                raise ValueError(
+                    f"the sample has {len(leaves)} fields, the first sample had {len(out)}"
+                )
             for field, x in zip(out, leaves):
                 x = np.asarray(x)
                 if x.shape != field.shape[1:] or x.dtype != field.dtype:
-                    raise ValueError(f"a field has shape {x.shape} and dtype {x.dtype}, the first sample's had "
-                                     f"{field.shape[1:]} and {field.dtype}; batches need samples of one shape "
-                                     f"and dtype (resize images with transforms.Resize)")
+                    raise ValueError(
+                        f"a field has shape {x.shape} and dtype {x.dtype}, the first sample's had "
+                        f"{field.shape[1:]} and {field.dtype}; batches need samples of one shape "
+                        f"and dtype (resize images with transforms.Resize)"
+                    )
                 field[row] = x
         except Exception as e:
             name = source.name_of(index) if hasattr(source, "name_of") else None
-            e.add_note(f"frost.data: while loading sample index {index}{f' ({name})' if name else ''} (epoch {epoch})")
+            e.add_note(
+                f"frost.data: while loading sample index {index}{f' ({name})' if name else ''} (epoch {epoch})"
+            )
             e.frost_index = index
             raise
 
@@ -140,7 +156,10 @@ def _worker_main(conn, first: bool):
     try:
         serve, args, layout, names = pickle.loads(conn.recv_bytes())
         segments = [shared_memory.SharedMemory(name) for name in names]
-    except (EOFError, OSError):  # the main process died, and its memory went, before this worker started
+    except (
+        EOFError,
+        OSError,
+    ):  # the main process died, and its memory went, before this worker started
         return
     try:
         serve(conn.recv, conn.send, [layout.views(s.buf) for s in segments], *args)
@@ -166,20 +185,26 @@ class _Processes:
         self.segments, self.procs, self.conns = [], [], []
         try:
             for i in range(slots):
-                self.segments.append(shared_memory.SharedMemory(f"{tag}_{i}", create=True, size=layout.nbytes))
+                self.segments.append(
+                    shared_memory.SharedMemory(f"{tag}_{i}", create=True, size=layout.nbytes)
+                )
             self.slots = [layout.views(s.buf) for s in self.segments]
             # The source travels on our pipe, not in Process args: a child that dies before reading
             # its args would block Process.start() forever, but a dead pipe end fails our send.
             try:
                 payload = pickle.dumps((serve, args, layout, [s.name for s in self.segments]))
             except Exception as e:
-                e.add_note("frost.data: the process backend pickles the source and transform for its workers; "
-                           "define them at module level (no lambdas or local classes), or use backend='thread'")
+                e.add_note(
+                    "frost.data: the process backend pickles the source and transform for its workers; "
+                    "define them at module level (no lambdas or local classes), or use backend='thread'"
+                )
                 raise
             ctx = mp.get_context("spawn")
             for w in range(count):
                 here, there = ctx.Pipe()
-                proc = ctx.Process(target=_worker_main, args=(there, w == 0), name=f"frost-data-{w}", daemon=True)
+                proc = ctx.Process(
+                    target=_worker_main, args=(there, w == 0), name=f"frost-data-{w}", daemon=True
+                )
                 proc.start()
                 there.close()
                 self.procs.append(proc)
@@ -204,26 +229,40 @@ class _Processes:
         answers = []
         for w, conn in enumerate(self.conns):
             if conn in ready:
-                with contextlib.suppress(EOFError, OSError):  # a dead worker's pipe: its sentinel tells
+                with contextlib.suppress(
+                    EOFError, OSError
+                ):  # a dead worker's pipe: its sentinel tells
                     answers.append((w, conn.recv()))
         if answers:
             return answers
-        raise self._died(next(w for w, p in enumerate(self.procs) if p.sentinel in ready or self.conns[w] in ready))
+        raise self._died(
+            next(
+                w for w, p in enumerate(self.procs) if p.sentinel in ready or self.conns[w] in ready
+            )
+        )
 
     def _died(self, w):
         proc = self.procs[w]
         proc.join(timeout=1)
         code = proc.exitcode
-        how = f"was killed by {signal.Signals(-code).name}" if code is not None and code < 0 else f"exited (code {code})"
-        return WorkerError(f"{self.role} {w} (pid {proc.pid}) {how} while it was running (its own error, if "
-                           f"any, is printed above). If the out-of-memory killer did it, use fewer workers or "
-                           f"smaller batches.")
+        how = (
+            f"was killed by {signal.Signals(-code).name}"
+            if code is not None and code < 0
+            else f"exited (code {code})"
+        )
+        return WorkerError(
+            f"{self.role} {w} (pid {proc.pid}) {how} while it was running (its own error, if "
+            f"any, is printed above). If the out-of-memory killer did it, use fewer workers or "
+            f"smaller batches."
+        )
 
     def close(self):
         for conn in self.conns:
             with contextlib.suppress(OSError):
                 conn.send(None)
-        for proc, conn in zip(self.procs, self.conns):  # a worker finishes its current batch, then reads the None
+        for proc, conn in zip(
+            self.procs, self.conns
+        ):  # a worker finishes its current batch, then reads the None
             proc.join(timeout=1)
             if proc.is_alive():
                 proc.kill()
@@ -238,8 +277,10 @@ class _Processes:
 
 
 def _silent(timeout, workers) -> WorkerError:
-    return WorkerError(f"no data worker ({', '.join(map(str, workers))}) answered for {timeout:g} s: one is stopped "
-                       f"(SIGSTOP, a debugger) or stuck; if a batch really takes that long, raise Loader(timeout=...)")
+    return WorkerError(
+        f"no data worker ({', '.join(map(str, workers))}) answered for {timeout:g} s: one is stopped "
+        f"(SIGSTOP, a debugger) or stuck; if a batch really takes that long, raise Loader(timeout=...)"
+    )
 
 
 class _Threads:
@@ -250,9 +291,15 @@ class _Threads:
         self.slots = [layout.views(np.empty(layout.nbytes, np.uint8)) for _ in range(slots)]
         self.tasks = [queue.SimpleQueue() for _ in range(count)]
         self.answers = queue.SimpleQueue()
-        self.threads = [threading.Thread(target=serve, daemon=True, name=f"frost-data-{w}",
-                                         args=(q.get, lambda a, w=w: self.answers.put((w, a)), self.slots, *args))
-                        for w, q in enumerate(self.tasks)]
+        self.threads = [
+            threading.Thread(
+                target=serve,
+                daemon=True,
+                name=f"frost-data-{w}",
+                args=(q.get, lambda a, w=w: self.answers.put((w, a)), self.slots, *args),
+            )
+            for w, q in enumerate(self.tasks)
+        ]
         for t in self.threads:
             t.start()
 
@@ -284,18 +331,45 @@ class Loader(contextlib.AbstractContextManager):
     state           a `state()` dict to resume from
     """
 
-    def __init__(self, source, batch_size: int, *, shuffle: bool = True, seed: int = 0, drop_last: bool = False,
-                 transform=None, workers: int = 0, backend: str = "process", prefetch: int | None = None,
-                 process_index: int = 0, process_count: int = 1, state: dict | None = None, timeout: float = 60.0):
+    def __init__(
+        self,
+        source,
+        batch_size: int,
+        *,
+        shuffle: bool = True,
+        seed: int = 0,
+        drop_last: bool = False,
+        transform=None,
+        workers: int = 0,
+        backend: str = "process",
+        prefetch: int | None = None,
+        process_index: int = 0,
+        process_count: int = 1,
+        state: dict | None = None,
+        timeout: float = 60.0,
+    ):
         if backend not in ("process", "thread"):
             raise ValueError(f"backend must be 'process' or 'thread', got {backend!r}")
         if workers < 0 or (prefetch is not None and prefetch < 1) or not timeout > 0:
-            raise ValueError(f"need workers >= 0, prefetch >= 1 and timeout > 0, got workers={workers}, "
-                             f"prefetch={prefetch}, timeout={timeout}")
+            raise ValueError(
+                f"need workers >= 0, prefetch >= 1 and timeout > 0, got workers={workers}, "
+                f"prefetch={prefetch}, timeout={timeout}"
+            )
         self.source, self.transform, self.seed = source, transform, int(seed)
-        self.sampler = Sampler(len(source), batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last,
-                               process_index=process_index, process_count=process_count)
-        self.workers, self.backend, self.prefetch = workers, backend, prefetch or 2 * max(workers, 1)
+        self.sampler = Sampler(
+            len(source),
+            batch_size,
+            shuffle=shuffle,
+            seed=seed,
+            drop_last=drop_last,
+            process_index=process_index,
+            process_count=process_count,
+        )
+        self.workers, self.backend, self.prefetch = (
+            workers,
+            backend,
+            prefetch or 2 * max(workers, 1),
+        )
         self.timeout = timeout
         self.epoch, self.batch = 0, 0  # the position of the next batch in the global stream
         self._pool = self._layout = None
@@ -311,23 +385,40 @@ class Loader(contextlib.AbstractContextManager):
         epoch = self.epoch
         while self.epoch == epoch and len(self):
             batch = self._take()
-            self.epoch, self.batch = (epoch, self.batch + 1) if self.batch + 1 < len(self) else (epoch + 1, 0)
+            self.epoch, self.batch = (
+                (epoch, self.batch + 1) if self.batch + 1 < len(self) else (epoch + 1, 0)
+            )
             yield batch
 
     def state(self) -> dict:
         """The stream position (epoch, batch), and what defines the stream, as plain JSON."""
         s = self.sampler
-        return {"epoch": self.epoch, "batch": self.batch, "seed": self.seed, "batch_size": s.batch_size,
-                "size": s.size, "shuffle": s.shuffle, "drop_last": s.drop_last}
+        return {
+            "epoch": self.epoch,
+            "batch": self.batch,
+            "seed": self.seed,
+            "batch_size": s.batch_size,
+            "size": s.size,
+            "shuffle": s.shuffle,
+            "drop_last": s.drop_last,
+        }
 
     def _restore(self, state):
-        wrong = [f"{k}={state.get(k)!r} in the state, {v!r} here" for k, v in self.state().items()
-                 if k not in ("epoch", "batch") and state.get(k) != v]
+        wrong = [
+            f"{k}={state.get(k)!r} in the state, {v!r} here"
+            for k, v in self.state().items()
+            if k not in ("epoch", "batch") and state.get(k) != v
+        ]
         if wrong:
-            raise ValueError("cannot resume: the state was saved from a different stream (" + "; ".join(wrong) +
-                             "); build the loader with the same source, batch_size, seed, shuffle and drop_last")
+            raise ValueError(
+                "cannot resume: the state was saved from a different stream ("
+                + "; ".join(wrong)
+                + "); build the loader with the same source, batch_size, seed, shuffle and drop_last"
+            )
         if not 0 <= state["batch"] < max(len(self), 1):
-            raise ValueError(f"cannot resume: batch {state['batch']} is outside an epoch of {len(self)} batches")
+            raise ValueError(
+                f"cannot resume: batch {state['batch']} is outside an epoch of {len(self)} batches"
+            )
         self.epoch, self.batch = int(state["epoch"]), int(state["batch"])
 
     def close(self):
@@ -356,9 +447,15 @@ class Loader(contextlib.AbstractContextManager):
             while pos not in self._ready:
                 for w, (slot, index, trace) in self._pool.wait():
                     done, _ = self._busy.pop(slot)
-                    self._ready[done] = slot if trace is None else WorkerError(
-                        f"data worker {w} failed on sample index {index} (epoch {done[0]}); its traceback:\n{trace}",
-                        index, trace)
+                    self._ready[done] = (
+                        slot
+                        if trace is None
+                        else WorkerError(
+                            f"data worker {w} failed on sample index {index} (epoch {done[0]}); its traceback:\n{trace}",
+                            index,
+                            trace,
+                        )
+                    )
             slot = self._ready.pop(pos)
             if isinstance(slot, WorkerError):  # raised in stream order, after the batches before it
                 raise slot
@@ -372,11 +469,20 @@ class Loader(contextlib.AbstractContextManager):
     def _start(self):
         """Start the workers and hand each slot a task."""
         pool = _Processes if self.backend == "process" else _Threads
-        self._pool = pool(self.workers, _serve, (self.source, self.transform, self.seed), self._layout,
-                          self.prefetch, self.timeout)
+        self._pool = pool(
+            self.workers,
+            _serve,
+            (self.source, self.transform, self.seed),
+            self._layout,
+            self.prefetch,
+            self.timeout,
+        )
         self._finalize = weakref.finalize(self, self._pool.close)
         self._next = (self.epoch, self.batch)  # the next position to hand to a worker
-        self._busy, self._ready = {}, {}  # slot -> (position, worker) in flight; position -> slot (or its error)
+        self._busy, self._ready = (
+            {},
+            {},
+        )  # slot -> (position, worker) in flight; position -> slot (or its error)
         for slot in range(self.prefetch):
             self._submit(slot)
 

@@ -12,21 +12,46 @@ A position in the stream is therefore just (epoch, k) and survives a change of p
     Sampler(10, 4, shuffle=False).batch(0, 2)                                  -> [8, 9]
     Sampler(10, 4, shuffle=False, process_index=1, process_count=2).batch(0, 0) -> [2, 3]
 """
+
 import numpy as np
 
 
 class Sampler:
-    def __init__(self, size: int, batch_size: int, *, shuffle: bool = True, seed: int = 0, drop_last: bool = False,
-                 process_index: int = 0, process_count: int = 1):
+    def __init__(
+        self,
+        size: int,
+        batch_size: int,
+        *,
+        shuffle: bool = True,
+        seed: int = 0,
+        drop_last: bool = False,
+        process_index: int = 0,
+        process_count: int = 1,
+    ):
         if batch_size < 1 or size < 0:
-            raise ValueError(f"need batch_size >= 1 and size >= 0, got batch_size={batch_size}, size={size}")
+            raise ValueError(
+                f"need batch_size >= 1 and size >= 0, got batch_size={batch_size}, size={size}"
+            )
         if not 0 <= process_index < process_count:
-            raise ValueError(f"process_index {process_index} is not in range(process_count={process_count})")
+            raise ValueError(
+                f"process_index {process_index} is not in range(process_count={process_count})"
+            )
         if batch_size % process_count:
-            raise ValueError(f"batch_size {batch_size} (the global batch) must be divisible by "
-                             f"process_count {process_count}: each process loads batch_size // process_count rows")
-        self.size, self.batch_size, self.shuffle, self.seed = int(size), int(batch_size), bool(shuffle), int(seed)
-        self.drop_last, self.process_index, self.process_count = bool(drop_last), process_index, process_count
+            raise ValueError(
+                f"batch_size {batch_size} (the global batch) must be divisible by "
+                f"process_count {process_count}: each process loads batch_size // process_count rows"
+            )
+        self.size, self.batch_size, self.shuffle, self.seed = (
+            int(size),
+            int(batch_size),
+            bool(shuffle),
+            int(seed),
+        )
+        self.drop_last, self.process_index, self.process_count = (
+            bool(drop_last),
+            process_index,
+            process_count,
+        )
         self._cached = (None, None)
 
     def __len__(self):
@@ -36,8 +61,11 @@ class Sampler:
     def order(self, epoch: int) -> np.ndarray:
         """The global order of sample indices in `epoch`."""
         if self._cached[0] != epoch:
-            order = (np.random.default_rng([self.seed, 0, epoch]).permutation(self.size) if self.shuffle
-                     else np.arange(self.size))
+            order = (
+                np.random.default_rng([self.seed, 0, epoch]).permutation(self.size)
+                if self.shuffle
+                else np.arange(self.size)
+            )
             self._cached = (epoch, order)
         return self._cached[1]
 
@@ -45,6 +73,8 @@ class Sampler:
         """This process's share of global batch k of `epoch`."""
         if not 0 <= k < len(self):
             raise IndexError(f"batch {k} out of range: an epoch has {len(self)} batches")
-        rows = self.order(epoch)[k * self.batch_size:(k + 1) * self.batch_size]  # the global batch
+        rows = self.order(epoch)[
+            k * self.batch_size : (k + 1) * self.batch_size
+        ]  # the global batch
         p, n = self.process_index, self.process_count
-        return rows[p * len(rows) // n:(p + 1) * len(rows) // n]
+        return rows[p * len(rows) // n : (p + 1) * len(rows) // n]

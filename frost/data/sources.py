@@ -12,6 +12,7 @@ a loader can ship it to worker processes.
     ImageFolder("train/")[3]                 -> (image (H, W, 3) uint8, label int32), one class per sub-folder
     TokenWindows("tokens.bin", 1024)[3]      -> (x (1024,) int32, y (1024,) int32), y = x shifted by one
 """
+
 import gzip
 import os
 import pathlib
@@ -24,13 +25,21 @@ class Arrays:
 
     def __init__(self, *arrays, **named):
         if arrays and named:
-            raise TypeError("Arrays takes positional arrays (tuple samples) or named arrays (dict samples), not both")
-        self.arrays = tuple(np.asarray(a) for a in arrays) if arrays else {k: np.asarray(a) for k, a in named.items()}
+            raise TypeError(
+                "Arrays takes positional arrays (tuple samples) or named arrays (dict samples), not both"
+            )
+        self.arrays = (
+            tuple(np.asarray(a) for a in arrays)
+            if arrays
+            else {k: np.asarray(a) for k, a in named.items()}
+        )
         lengths = [len(a) for a in (self.arrays.values() if named else self.arrays)]
         if not lengths:
             raise TypeError("Arrays needs at least one array")
         if len(set(lengths)) != 1:
-            raise ValueError(f"Arrays: all arrays need the same length (first axis), got lengths {lengths}")
+            raise ValueError(
+                f"Arrays: all arrays need the same length (first axis), got lengths {lengths}"
+            )
         self.size = lengths[0]
 
     def __len__(self):
@@ -64,8 +73,10 @@ def read_idx(path) -> np.ndarray:
     """Read an IDX file (gzipped or not) into a native-endian numpy array."""
     data = _read_bytes(path)
     if len(data) < 4 or data[0] != 0 or data[1] != 0 or data[2] not in _IDX_DTYPES:
-        raise ValueError(f"{path} is not an IDX file (header {data[:4].hex() or 'empty'}; "
-                         f"expected 00 00 <dtype code> <ndim>)")
+        raise ValueError(
+            f"{path} is not an IDX file (header {data[:4].hex() or 'empty'}; "
+            f"expected 00 00 <dtype code> <ndim>)"
+        )
     dtype, ndim = np.dtype(_IDX_DTYPES[data[2]]), data[3]
     header = 4 + 4 * ndim
     if len(data) < header:
@@ -73,7 +84,9 @@ def read_idx(path) -> np.ndarray:
     shape = tuple(int(d) for d in np.frombuffer(data, ">u4", ndim, offset=4))
     expected = header + int(np.prod(shape)) * dtype.itemsize
     if len(data) != expected:
-        raise ValueError(f"corrupt IDX file {path}: shape {shape} needs {expected} bytes, the file has {len(data)}")
+        raise ValueError(
+            f"corrupt IDX file {path}: shape {shape} needs {expected} bytes, the file has {len(data)}"
+        )
     return np.frombuffer(data, dtype, offset=header).reshape(shape).astype(dtype.newbyteorder("="))
 
 
@@ -83,13 +96,16 @@ def read_idx_pair(images_path, labels_path):
     if images.ndim == 3:
         images = images[..., None]
     if len(images) != len(labels):
-        raise ValueError(f"{images_path} holds {len(images)} images but {labels_path} holds {len(labels)} labels")
+        raise ValueError(
+            f"{images_path} holds {len(images)} images but {labels_path} holds {len(labels)} labels"
+        )
     return images, labels.astype(np.int32)
 
 
 # ---------------------------------------------------------------------------------------------
 # CIFAR binary format: records of <label byte(s)> <3072 bytes: 32x32 red, then green, then blue>.
 # CIFAR-10 has one label byte; CIFAR-100 two (coarse, fine).
+
 
 def read_cifar(paths, kind: int = 10, label: str = "fine"):
     """(images (N, 32, 32, 3) uint8, labels (N,) int32) from CIFAR-10 or CIFAR-100 binary files."""
@@ -100,8 +116,10 @@ def read_cifar(paths, kind: int = 10, label: str = "fine"):
     for path in [paths] if isinstance(paths, (str, os.PathLike)) else paths:
         data = _read_bytes(path)
         if len(data) == 0 or len(data) % (3072 + skip):
-            raise ValueError(f"corrupt CIFAR-{kind} file {path}: {len(data)} bytes is not a whole number "
-                             f"of {3072 + skip}-byte records")
+            raise ValueError(
+                f"corrupt CIFAR-{kind} file {path}: {len(data)} bytes is not a whole number "
+                f"of {3072 + skip}-byte records"
+            )
         records = np.frombuffer(data, np.uint8).reshape(-1, 3072 + skip)
         labels.append(records[:, skip - 1 if label == "fine" else 0].astype(np.int32))
         images.append(records[:, skip:].reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1))  # CHW -> HWC
@@ -125,10 +143,16 @@ class ImageFolder:
         if not self.root.is_dir():
             raise FileNotFoundError(f"ImageFolder: {self.root} is not a directory")
         self.classes = sorted(p.name for p in self.root.iterdir() if p.is_dir())
-        found = [(str(p), label) for label, name in enumerate(self.classes)
-                 for p in sorted((self.root / name).iterdir()) if p.suffix.lower() in IMAGE_SUFFIXES]
+        found = [
+            (str(p), label)
+            for label, name in enumerate(self.classes)
+            for p in sorted((self.root / name).iterdir())
+            if p.suffix.lower() in IMAGE_SUFFIXES
+        ]
         if not found:
-            raise FileNotFoundError(f"ImageFolder: no {'/'.join(IMAGE_SUFFIXES)} files in sub-folders of {self.root}")
+            raise FileNotFoundError(
+                f"ImageFolder: no {'/'.join(IMAGE_SUFFIXES)} files in sub-folders of {self.root}"
+            )
         self.files = [path for path, _ in found]
         self.labels = np.array([label for _, label in found], np.int32)
 
@@ -141,11 +165,14 @@ class ImageFolder:
 
     def __getitem__(self, i):
         from PIL import Image
+
         path = self.files[i]
         try:
             with Image.open(path) as im:
                 image = np.asarray(im.convert(self.mode))
-        except Exception as e:  # Pillow raises several types (UnidentifiedImageError, OSError, SyntaxError)
+        except (
+            Exception
+        ) as e:  # Pillow raises several types (UnidentifiedImageError, OSError, SyntaxError)
             raise ValueError(f"cannot read image {path}: {e}") from e
         return (image if image.ndim == 3 else image[..., None]), self.labels[i]
 
@@ -164,11 +191,15 @@ class TokenWindows:
             raise ValueError(f"TokenWindows: dtype must be uint16 or uint32, got {self.dtype}")
         nbytes = os.path.getsize(self.path)
         if nbytes % self.dtype.itemsize:
-            raise ValueError(f"{self.path}: {nbytes} bytes is not a whole number of {self.dtype} tokens")
+            raise ValueError(
+                f"{self.path}: {nbytes} bytes is not a whole number of {self.dtype} tokens"
+            )
         count = nbytes // self.dtype.itemsize
         self.windows = max(0, (count - 1 - self.seq_len) // self.stride + 1)
         if self.windows == 0:
-            raise ValueError(f"{self.path} holds {count} tokens, too few for one window of {self.seq_len} + 1")
+            raise ValueError(
+                f"{self.path} holds {count} tokens, too few for one window of {self.seq_len} + 1"
+            )
         self._tokens = None
 
     def __len__(self):
@@ -180,7 +211,7 @@ class TokenWindows:
         if not -self.windows <= i < self.windows:
             raise IndexError(f"window {i} out of range for {self.windows} windows")
         s = (i % self.windows) * self.stride
-        chunk = np.asarray(self._tokens[s: s + self.seq_len + 1], np.int32)
+        chunk = np.asarray(self._tokens[s : s + self.seq_len + 1], np.int32)
         return chunk[:-1], chunk[1:]
 
     def __getstate__(self):

@@ -9,6 +9,7 @@ sample, giving the loader's sample-level transform `t(sample, rng) -> sample`:
     augment = Compose(RandomCrop(32, padding=4), RandomFlip(), Normalize(MEAN, STD), field=0)
     augment((image, label), sample_rng(seed, epoch, index)) -> (float32 (32, 32, 3), label)
 """
+
 import numpy as np
 
 
@@ -30,16 +31,18 @@ class RandomCrop:
     def __call__(self, image, rng):
         p, (h, w), (H, W) = self.padding, self.size, image.shape[:2]
         if H + 2 * p < h or W + 2 * p < w:
-            raise ValueError(f"RandomCrop({h}, {w}, padding={p}): the padded image ({H + 2 * p}, {W + 2 * p}) "
-                             f"is smaller than the crop")
+            raise ValueError(
+                f"RandomCrop({h}, {w}, padding={p}): the padded image ({H + 2 * p}, {W + 2 * p}) "
+                f"is smaller than the crop"
+            )
         top, left = rng.integers(0, H + 2 * p - h + 1) - p, rng.integers(0, W + 2 * p - w + 1) - p
         if p == 0:
-            return image[top:top + h, left:left + w]
+            return image[top : top + h, left : left + w]
         # Same as np.pad then slicing, without building the padded image: copy the part of the
         # window that overlaps the image into zeros. Window rows top..top+h-1 in image coordinates.
         out = np.zeros((h, w, image.shape[2]), image.dtype)
         r0, r1, c0, c1 = max(top, 0), min(top + h, H), max(left, 0), min(left + w, W)
-        out[r0 - top:r1 - top, c0 - left:c1 - left] = image[r0:r1, c0:c1]
+        out[r0 - top : r1 - top, c0 - left : c1 - left] = image[r0:r1, c0:c1]
         return out
 
 
@@ -65,8 +68,14 @@ class Normalize:
         scale = 1 / 255 if np.issubdtype(image.dtype, np.integer) else 1.0
         key = (scale, w, c)
         if key not in self._rows:  # numpy is much faster on one long row than on (..., 3) pixels
-            mul, sub = np.broadcast_to(scale / self.std, (c,)), np.broadcast_to(self.mean / self.std, (c,))
-            self._rows[key] = (np.tile(mul, w).astype(np.float32), np.tile(sub, w).astype(np.float32))
+            mul, sub = (
+                np.broadcast_to(scale / self.std, (c,)),
+                np.broadcast_to(self.mean / self.std, (c,)),
+            )
+            self._rows[key] = (
+                np.tile(mul, w).astype(np.float32),
+                np.tile(sub, w).astype(np.float32),
+            )
         mul, sub = self._rows[key]
         rows = image.astype(np.float32).reshape(h, w * c)
         rows *= mul
@@ -82,11 +91,16 @@ class Resize:
 
     def __call__(self, image, rng=None):
         from PIL import Image
+
         h, w = self.size
         if image.shape[:2] == (h, w):
             return image
-        out = Image.fromarray(image[..., 0] if image.shape[2] == 1 else image).resize((w, h), Image.BILINEAR)
-        return np.asarray(out).reshape(h, w, image.shape[2])  # a grey image gets its channel axis back
+        out = Image.fromarray(image[..., 0] if image.shape[2] == 1 else image).resize(
+            (w, h), Image.BILINEAR
+        )
+        return np.asarray(out).reshape(
+            h, w, image.shape[2]
+        )  # a grey image gets its channel axis back
 
 
 class Compose:

@@ -43,6 +43,7 @@ are padded in the wrapper to a multiple of the block sizes and the padded keys m
 length works. On CPU the kernels run in Pallas interpret mode (the tests), and the tests also
 lower them through the Triton backend for "cuda" without a GPU.
 """
+
 import dataclasses
 import functools
 import math
@@ -54,7 +55,9 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
 LOG2E = math.log2(math.e)
-MASK = -0.7 * float(jnp.finfo(jnp.float32).max)  # a masked score; finite, so exp2(m - m_new) is never NaN
+MASK = -0.7 * float(
+    jnp.finfo(jnp.float32).max
+)  # a masked score; finite, so exp2(m - m_new) is never NaN
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +68,7 @@ class BlockSizes:
     larger than a (padded) sequence are shrunk to fit it. Defaults are meant for an H100/H200
     with bf16 inputs; `benchmarks/attention.py --tune` times alternatives on a GPU.
     """
+
     block_q: int = 128  # forward: query rows per program
     block_k: int = 64  # forward: key rows per loop step
     block_q_dkv: int = 64  # dk/dv kernel: query rows per loop step
@@ -83,38 +87,68 @@ class BlockSizes:
     def fit(self, q_len: int, kv_len: int) -> "BlockSizes":
         """Shrink blocks that are longer than the sequence they tile (rounded up to a power of 2)."""
         tq, tk = max(16, pl.next_power_of_2(q_len)), max(16, pl.next_power_of_2(kv_len))
-        fitted = {f.name: min(getattr(self, f.name), tq if f.name.startswith("block_q") else tk)
-                  for f in dataclasses.fields(self)[:6]}  # the six block sizes
+        fitted = {
+            f.name: min(getattr(self, f.name), tq if f.name.startswith("block_q") else tk)
+            for f in dataclasses.fields(self)[:6]
+        }  # the six block sizes
         return dataclasses.replace(self, **fitted)
 
 
 @functools.partial(jax.jit, static_argnames=("causal", "scale", "block_sizes", "interpret"))
-def flash_attention(q, k, v, *, causal: bool = False, key_padding_mask=None, scale: float | None = None,
-                    block_sizes: BlockSizes | None = None, interpret: bool | None = None):
+def flash_attention(
+    q,
+    k,
+    v,
+    *,
+    causal: bool = False,
+    key_padding_mask=None,
+    scale: float | None = None,
+    block_sizes: BlockSizes | None = None,
+    interpret: bool | None = None,
+):
     """Multi-head attention softmax(scale q k^T) v with the Pallas kernels; differentiable in q, k, v.
 
     q: (B, T, H, D); k, v: (B, S, H, D), all one float dtype; key_padding_mask: (B, S) bool,
     True where a key may be attended (jax.nn's `mask` convention; PyTorch's key_padding_mask is
     the opposite). scale defaults to 1/sqrt(D). interpret defaults to True on a CPU backend.
     """
-    if q.ndim != 4 or k.shape != v.shape or k.shape[::2] != q.shape[::2] or k.shape[-1] != q.shape[-1]:
-        raise ValueError(f"flash_attention expects q (B, T, H, D) and k, v (B, S, H, D); got q {q.shape}, "
-                         f"k {k.shape}, v {v.shape}")
+    if (
+        q.ndim != 4
+        or k.shape != v.shape
+        or k.shape[::2] != q.shape[::2]
+        or k.shape[-1] != q.shape[-1]
+    ):
+        raise ValueError(
+            f"flash_attention expects q (B, T, H, D) and k, v (B, S, H, D); got q {q.shape}, "
+            f"k {k.shape}, v {v.shape}"
+        )
     if not (q.dtype == k.dtype == v.dtype) or not jnp.issubdtype(q.dtype, jnp.floating):
         raise ValueError(f"q, k, v must share one float dtype; got {q.dtype}, {k.dtype}, {v.dtype}")
     (b, t, _, d), s = q.shape, k.shape[1]
     if key_padding_mask is not None and key_padding_mask.shape != (b, s):
-        raise ValueError(f"key_padding_mask must be (B, S) = {(b, s)}, got {key_padding_mask.shape}")
-    scale = d ** -0.5 if scale is None else float(scale)
+        raise ValueError(
+            f"key_padding_mask must be (B, S) = {(b, s)}, got {key_padding_mask.shape}"
+        )
+    scale = d**-0.5 if scale is None else float(scale)
     interpret = jax.default_backend() == "cpu" if interpret is None else interpret
     blocks = (block_sizes or BlockSizes()).fit(t, s)
-    bq = max(blocks.block_q, blocks.block_q_dkv, blocks.block_q_dq)  # powers of 2: a multiple of the largest fits all
+    bq = max(
+        blocks.block_q, blocks.block_q_dkv, blocks.block_q_dq
+    )  # powers of 2: a multiple of the largest fits all
     bk = max(blocks.block_k, blocks.block_k_dkv, blocks.block_k_dq)
     t_pad, s_pad = pl.cdiv(t, bq) * bq, pl.cdiv(s, bk) * bk
-    q, k, v = (jnp.pad(x, ((0, 0), (0, n - x.shape[1]), (0, 0), (0, 0)))  # (B, L, H, D) -> (B, n, H, D), zeros appended
-               for x, n in ((q, t_pad), (k, s_pad), (v, s_pad)))
+    q, k, v = (
+        jnp.pad(
+            x, ((0, 0), (0, n - x.shape[1]), (0, 0), (0, 0))
+        )  # (B, L, H, D) -> (B, n, H, D), zeros appended
+        for x, n in ((q, t_pad), (k, s_pad), (v, s_pad))
+    )
     # keep: (B, S_pad) int32, 1 = attend; padded keys beyond S are masked by the kernels
-    keep = None if key_padding_mask is None else jnp.pad(key_padding_mask.astype(jnp.int32), ((0, 0), (0, s_pad - s)))
+    keep = (
+        None
+        if key_padding_mask is None
+        else jnp.pad(key_padding_mask.astype(jnp.int32), ((0, 0), (0, s_pad - s)))
+    )
     return _flash(q, k, v, keep, causal, scale, s, blocks, interpret)[:, :t]
 
 
@@ -136,7 +170,9 @@ def _two_loops(body, bounds, masked_first: bool, carry):
     """lax.fori_loop over blocks [a, b) then [b, c); the causal mask only on the diagonal part."""
     a, b, c = bounds
     for lo, hi, causal in ((a, b, masked_first), (b, c, not masked_first)):
-        if not (isinstance(lo, int) and isinstance(hi, int) and lo == hi):  # known to be empty: left out
+        if not (
+            isinstance(lo, int) and isinstance(hi, int) and lo == hi
+        ):  # known to be empty: left out
             carry = lax.fori_loop(lo, hi, functools.partial(body, causal=causal), carry)
     return carry
 
@@ -146,7 +182,9 @@ def _key_bounds(i, block_q, block_k, n_k, causal):
     if not causal:
         return 0, n_k, n_k
     full = jnp.minimum(lax.div(i * block_q + 1, block_k), n_k)  # last key <= first query
-    stop = jnp.minimum(lax.div((i + 1) * block_q + block_k - 1, block_k), n_k)  # first key <= last query
+    stop = jnp.minimum(
+        lax.div((i + 1) * block_q + block_k - 1, block_k), n_k
+    )  # first key <= last query
     return 0, full, stop
 
 
@@ -165,7 +203,9 @@ def _store(ref, x, head_dim):
     plgpu.store(ref, x.astype(ref.dtype), mask=_head_mask(ref, head_dim))
 
 
-def _forward_kernel(q_ref, k_ref, v_ref, keep_ref, o_ref, lse_ref, *, block_k, head_dim, causal, **opts):
+def _forward_kernel(
+    q_ref, k_ref, v_ref, keep_ref, o_ref, lse_ref, *, block_k, head_dim, causal, **opts
+):
     block_q, load = q_ref.shape[0], _loader(q_ref, head_dim)
     i = pl.program_id(0)
     q = load(q_ref)  # (block_q, D_pad), stays on chip
@@ -175,7 +215,15 @@ def _forward_kernel(q_ref, k_ref, v_ref, keep_ref, o_ref, lse_ref, *, block_k, h
         o, m, l = carry  # (block_q, D_pad), (block_q,), (block_q,)
         ks = pl.ds(j * block_k, block_k)
         keep = None if keep_ref is None else keep_ref[ks] != 0
-        s = _scores(q, load(k_ref.at[ks, :]), span_q, j * block_k + jnp.arange(block_k), keep, causal=causal, **opts)
+        s = _scores(
+            q,
+            load(k_ref.at[ks, :]),
+            span_q,
+            j * block_k + jnp.arange(block_k),
+            keep,
+            causal=causal,
+            **opts,
+        )
         m_new = jnp.maximum(m, s.max(axis=-1))
         alpha = jnp.exp2(m - m_new)  # rescales what was accumulated under the old maximum
         p = jnp.exp2(s - m_new[:, None])  # (block_q, block_k)
@@ -183,9 +231,14 @@ def _forward_kernel(q_ref, k_ref, v_ref, keep_ref, o_ref, lse_ref, *, block_k, h
         o = alpha[:, None] * o + plgpu.dot(p.astype(v.dtype), v)
         return o, m_new, alpha * l + p.sum(axis=-1)
 
-    init = (jnp.zeros(q.shape, jnp.float32), jnp.full((block_q,), -jnp.inf, jnp.float32),
-            jnp.zeros((block_q,), jnp.float32))
-    o, m, l = _two_loops(body, _key_bounds(i, block_q, block_k, k_ref.shape[0] // block_k, causal), False, init)
+    init = (
+        jnp.zeros(q.shape, jnp.float32),
+        jnp.full((block_q,), -jnp.inf, jnp.float32),
+        jnp.zeros((block_q,), jnp.float32),
+    )
+    o, m, l = _two_loops(
+        body, _key_bounds(i, block_q, block_k, k_ref.shape[0] // block_k, causal), False, init
+    )
     # A row that saw only masked keys still has m == MASK (any real score is larger): give it
     # output 0 and lse = +inf, so that p = exp2(s - lse) = 0 in the backward pass.
     empty = m == MASK
@@ -193,8 +246,22 @@ def _forward_kernel(q_ref, k_ref, v_ref, keep_ref, o_ref, lse_ref, *, block_k, h
     _store(o_ref, jnp.where(empty[:, None], 0.0, o / l[:, None]), head_dim)
 
 
-def _dkdv_kernel(q_ref, k_ref, v_ref, keep_ref, do_ref, lse_ref, delta_ref, dk_ref, dv_ref, *,
-                 block_q, head_dim, causal, **opts):
+def _dkdv_kernel(
+    q_ref,
+    k_ref,
+    v_ref,
+    keep_ref,
+    do_ref,
+    lse_ref,
+    delta_ref,
+    dk_ref,
+    dv_ref,
+    *,
+    block_q,
+    head_dim,
+    causal,
+    **opts,
+):
     block_k, load = k_ref.shape[0], _loader(k_ref, head_dim)
     j = pl.program_id(0)
     k, v = load(k_ref), load(v_ref)  # (block_k, D_pad) each
@@ -222,7 +289,21 @@ def _dkdv_kernel(q_ref, k_ref, v_ref, keep_ref, do_ref, lse_ref, delta_ref, dk_r
     _store(dv_ref, dv, head_dim)
 
 
-def _dq_kernel(q_ref, k_ref, v_ref, keep_ref, do_ref, lse_ref, delta_ref, dq_ref, *, block_k, head_dim, causal, **opts):
+def _dq_kernel(
+    q_ref,
+    k_ref,
+    v_ref,
+    keep_ref,
+    do_ref,
+    lse_ref,
+    delta_ref,
+    dq_ref,
+    *,
+    block_k,
+    head_dim,
+    causal,
+    **opts,
+):
     block_q, load = q_ref.shape[0], _loader(q_ref, head_dim)
     i = pl.program_id(0)
     q, do = load(q_ref), load(do_ref)  # (block_q, D_pad) each
@@ -249,17 +330,30 @@ def _specs(q_len, k_len, d_pad, keep, *, over_q: bool):
     each, then of (B, S, H, D) key-side arrays and the (B, S) key mask (None when there is no `keep`
     mask), `k_len` rows each. The side the grid runs over gets the program's own block; the other
     side its whole sequence, to be sliced inside the kernel's loop."""
-    return (pl.BlockSpec((None, q_len, None, d_pad), lambda i, b, h: (b, i if over_q else 0, h, 0)),
-            pl.BlockSpec((None, None, q_len), lambda i, b, h: (b, h, i if over_q else 0)),
-            pl.BlockSpec((None, k_len, None, d_pad), lambda i, b, h: (b, 0 if over_q else i, h, 0)),
-            None if keep is None else pl.BlockSpec((None, k_len), lambda i, b, h: (b, 0 if over_q else i)))
+    return (
+        pl.BlockSpec((None, q_len, None, d_pad), lambda i, b, h: (b, i if over_q else 0, h, 0)),
+        pl.BlockSpec((None, None, q_len), lambda i, b, h: (b, h, i if over_q else 0)),
+        pl.BlockSpec((None, k_len, None, d_pad), lambda i, b, h: (b, 0 if over_q else i, h, 0)),
+        None
+        if keep is None
+        else pl.BlockSpec((None, k_len), lambda i, b, h: (b, 0 if over_q else i)),
+    )
 
 
-def _call(kernel, name, grid_len, blocks: BlockSizes, d, interpret, in_specs, out_specs, out_shape, *args):
+def _call(
+    kernel, name, grid_len, blocks: BlockSizes, d, interpret, in_specs, out_specs, out_shape, *args
+):
     num_warps = blocks.num_warps or (4 if d <= 64 else 8)
-    return pl.pallas_call(kernel, grid=grid_len, in_specs=in_specs, out_specs=out_specs, out_shape=out_shape,
-                          compiler_params=plgpu.CompilerParams(num_warps=num_warps, num_stages=blocks.num_stages),
-                          interpret=interpret, name=name)(*args)
+    return pl.pallas_call(
+        kernel,
+        grid=grid_len,
+        in_specs=in_specs,
+        out_specs=out_specs,
+        out_shape=out_shape,
+        compiler_params=plgpu.CompilerParams(num_warps=num_warps, num_stages=blocks.num_stages),
+        interpret=interpret,
+        name=name,
+    )(*args)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6, 7, 8))
@@ -274,10 +368,21 @@ def _flash_fwd(q, k, v, keep, causal, scale, kv_len, blocks: BlockSizes, interpr
     d_pad, bq = max(16, pl.next_power_of_2(d)), blocks.block_q
     opts = dict(causal=causal, scale=scale, kv_len=kv_len, kv_pad=s, head_dim=d)
     qs, rows, kvs, keeps = _specs(bq, s, d_pad, keep, over_q=True)
-    o, lse = _call(functools.partial(_forward_kernel, block_k=blocks.block_k, **opts), "frost_flash_forward",
-                   (t // bq, b, h), blocks, d, interpret, [qs, kvs, kvs, keeps], [qs, rows],
-                   [jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct((b, h, t), jnp.float32)],
-                   q, k, v, keep)
+    o, lse = _call(
+        functools.partial(_forward_kernel, block_k=blocks.block_k, **opts),
+        "frost_flash_forward",
+        (t // bq, b, h),
+        blocks,
+        d,
+        interpret,
+        [qs, kvs, kvs, keeps],
+        [qs, rows],
+        [jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct((b, h, t), jnp.float32)],
+        q,
+        k,
+        v,
+        keep,
+    )
     return o, (q, k, v, keep, o, lse)
 
 
@@ -287,33 +392,69 @@ def _flash_bwd(causal, scale, kv_len, blocks: BlockSizes, interpret, residuals, 
     (b, t, h, d), s = q.shape, k.shape[1]
     d_pad = max(16, pl.next_power_of_2(d))
     opts = dict(causal=causal, scale=scale, kv_len=kv_len, kv_pad=s, head_dim=d)
-    delta = jnp.sum(o.astype(jnp.float32) * do.astype(jnp.float32), axis=-1).transpose(0, 2, 1)  # (B, H, T)
+    delta = jnp.sum(o.astype(jnp.float32) * do.astype(jnp.float32), axis=-1).transpose(
+        0, 2, 1
+    )  # (B, H, T)
 
     bk = blocks.block_k_dkv  # dk, dv: one program per key block, all queries in its loop
     qs, rows, kvs, keeps = _specs(t, bk, d_pad, keep, over_q=False)
-    dk, dv = _call(functools.partial(_dkdv_kernel, block_q=blocks.block_q_dkv, **opts), "frost_flash_dkdv",
-                   (s // bk, b, h), blocks, d, interpret, [qs, kvs, kvs, keeps, qs, rows, rows], [kvs, kvs],
-                   [jax.ShapeDtypeStruct(k.shape, k.dtype)] * 2, q, k, v, keep, do, lse, delta)
+    dk, dv = _call(
+        functools.partial(_dkdv_kernel, block_q=blocks.block_q_dkv, **opts),
+        "frost_flash_dkdv",
+        (s // bk, b, h),
+        blocks,
+        d,
+        interpret,
+        [qs, kvs, kvs, keeps, qs, rows, rows],
+        [kvs, kvs],
+        [jax.ShapeDtypeStruct(k.shape, k.dtype)] * 2,
+        q,
+        k,
+        v,
+        keep,
+        do,
+        lse,
+        delta,
+    )
 
     bq = blocks.block_q_dq  # dq: one program per query block, all keys in its loop
     qs, rows, kvs, keeps = _specs(bq, s, d_pad, keep, over_q=True)
-    dq = _call(functools.partial(_dq_kernel, block_k=blocks.block_k_dq, **opts), "frost_flash_dq",
-               (t // bq, b, h), blocks, d, interpret, [qs, kvs, kvs, keeps, qs, rows, rows], qs,
-               jax.ShapeDtypeStruct(q.shape, q.dtype), q, k, v, keep, do, lse, delta)
+    dq = _call(
+        functools.partial(_dq_kernel, block_k=blocks.block_k_dq, **opts),
+        "frost_flash_dq",
+        (t // bq, b, h),
+        blocks,
+        d,
+        interpret,
+        [qs, kvs, kvs, keeps, qs, rows, rows],
+        qs,
+        jax.ShapeDtypeStruct(q.shape, q.dtype),
+        q,
+        k,
+        v,
+        keep,
+        do,
+        lse,
+        delta,
+    )
     return dq, dk, dv, None
 
 
 _flash.defvjp(_flash_fwd, _flash_bwd)
 
 
-def attention_reference(q, k, v, *, causal: bool = False, key_padding_mask=None, scale: float | None = None):
+def attention_reference(
+    q, k, v, *, causal: bool = False, key_padding_mask=None, scale: float | None = None
+):
     """The same function as `flash_attention`, written out in plain jnp with fp32 math.
 
     Materialises the (B, H, T, S) scores; rows with no key to attend to return zeros.
     """
     t, s, d = q.shape[1], k.shape[1], q.shape[-1]
-    scale = d ** -0.5 if scale is None else scale
-    scores = jnp.einsum("bthd,bshd->bhts", q.astype(jnp.float32), k.astype(jnp.float32)) * scale  # (B, H, T, S)
+    scale = d**-0.5 if scale is None else scale
+    scores = (
+        jnp.einsum("bthd,bshd->bhts", q.astype(jnp.float32), k.astype(jnp.float32)) * scale
+    )  # (B, H, T, S)
     valid = jnp.tril(jnp.ones((1, 1, t, s), bool)) if causal else jnp.ones((1, 1, t, s), bool)
     if key_padding_mask is not None:
         valid = jnp.logical_and(valid, key_padding_mask[:, None, None, :])

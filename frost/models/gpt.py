@@ -16,6 +16,7 @@ Attention goes through `frost.nn.attention.dot_product_attention`: the Pallas fl
 GPU, XLA elsewhere. Generation pre-fills a cache of keys and values for the prompt, then feeds
 one token at a time, attending to the cached positions (a plain masked softmax: one query).
 """
+
 import functools
 import math
 
@@ -40,7 +41,9 @@ def rotary_tables(positions, head_dim):  # (T,) -> cos, sin: (1, T, 1, D/2) each
     return xp.cos(angles)[None, :, None, :], xp.sin(angles)[None, :, None, :]
 
 
-def rotary(x, tables):  # (B, T, H, D), rotary_tables -> (B, T, H, D): rotate feature pairs by position
+def rotary(
+    x, tables
+):  # (B, T, H, D), rotary_tables -> (B, T, H, D): rotate feature pairs by position
     cos, sin = tables
     d = x.shape[-1] // 2
     x1, x2 = x[..., :d].astype(jnp.float32), x[..., d:].astype(jnp.float32)
@@ -50,7 +53,9 @@ def rotary(x, tables):  # (B, T, H, D), rotary_tables -> (B, T, H, D): rotate fe
 def _linear(cin, cout, std, key, bias=True):
     """A Linear layer with GPT-2's N(0, std^2) weights and zero bias."""
     layer = nn.Linear(cin, cout, use_bias=bias, key=key)
-    return layer.replace(weight=std * jax.random.normal(key, (cin, cout)), bias=jnp.zeros(cout) if bias else None)
+    return layer.replace(
+        weight=std * jax.random.normal(key, (cin, cout)), bias=jnp.zeros(cout) if bias else None
+    )
 
 
 class Block(nn.Module):
@@ -65,7 +70,9 @@ class Block(nn.Module):
     rotary: bool = static()
     gelu_approximate: bool = static(False)  # the tanh GELU (GPT-2's gelu_new)
 
-    def __init__(self, dim, heads, use_rotary, dropout, *, key, depth=1, gelu_approximate=False, eps=1e-5):
+    def __init__(
+        self, dim, heads, use_rotary, dropout, *, key, depth=1, gelu_approximate=False, eps=1e-5
+    ):
         k = jax.random.split(key, 4)
         residual = 0.02 / math.sqrt(2 * depth)
         self.ln1, self.ln2 = nn.LayerNorm(dim, eps), nn.LayerNorm(dim, eps)
@@ -78,17 +85,27 @@ class Block(nn.Module):
         """Self-attention of x (B, T, C) at `positions` (`tables`: their rotary_tables); with a cache (k, v: (B, S, H, D)), write
         this step's keys/values at `positions` and let each query attend to the cached positions up to its own."""
         B, T, C = x.shape
-        q, k, v = jnp.split(self.qkv(x).reshape(B, T, 3 * self.heads, C // self.heads), 3, axis=2)  # (B, T, H, D)
+        q, k, v = jnp.split(
+            self.qkv(x).reshape(B, T, 3 * self.heads, C // self.heads), 3, axis=2
+        )  # (B, T, H, D)
         if self.rotary:
             q, k = rotary(q, tables), rotary(k, tables)
         if cache is None:
             y = dot_product_attention(q, k, v, causal=True)  # (B, T, H, D)
             return self.proj(y.reshape(B, T, C)), None
-        ck = jax.lax.dynamic_update_slice_in_dim(cache[0], k.astype(cache[0].dtype), positions[0], axis=1)
-        cv = jax.lax.dynamic_update_slice_in_dim(cache[1], v.astype(cache[1].dtype), positions[0], axis=1)
-        scores = jnp.einsum("bthd,bshd->bhts", q, ck, preferred_element_type=jnp.float32)  # (B, H, T, S), fp32
+        ck = jax.lax.dynamic_update_slice_in_dim(
+            cache[0], k.astype(cache[0].dtype), positions[0], axis=1
+        )
+        cv = jax.lax.dynamic_update_slice_in_dim(
+            cache[1], v.astype(cache[1].dtype), positions[0], axis=1
+        )
+        scores = jnp.einsum(
+            "bthd,bshd->bhts", q, ck, preferred_element_type=jnp.float32
+        )  # (B, H, T, S), fp32
         scores = scores / jnp.sqrt(jnp.float32(q.shape[-1]))
-        visible = jnp.arange(ck.shape[1])[None, :] <= positions[:, None]  # (T, S): causal over the cache
+        visible = (
+            jnp.arange(ck.shape[1])[None, :] <= positions[:, None]
+        )  # (T, S): causal over the cache
         scores = jnp.where(expand_to(visible, 4), scores, jnp.finfo(scores.dtype).min)
         y = jnp.einsum("bhts,bshd->bthd", jax.nn.softmax(scores, axis=-1).astype(cv.dtype), cv)
         return self.proj(y.reshape(B, T, C)), (ck, cv)
@@ -97,7 +114,9 @@ class Block(nn.Module):
         a, cache = self.attend(self.ln1(x), positions, cache, tables)
         x = x + self.drop(a)
         h = self.fc(self.ln2(x))  # (B, T, 4C)
-        x = x + self.drop(self.out(jax.nn.gelu(h, approximate=True) if self.gelu_approximate else nn.gelu(h)))
+        x = x + self.drop(
+            self.out(jax.nn.gelu(h, approximate=True) if self.gelu_approximate else nn.gelu(h))
+        )
         return x, cache
 
 
@@ -109,17 +128,40 @@ class GPT(nn.Module):
     head: nn.Linear | None  # None: tied to the token embedding
     max_len: int = static()
 
-    def __init__(self, vocab_size: int, dim: int = 256, depth: int = 4, heads: int = 4, max_len: int = 256,
-                 rotary: bool = False, tie_weights: bool = True, dropout: float = 0.0, *, key,
-                 gelu_approximate: bool = False, eps: float = 1e-5):
+    def __init__(
+        self,
+        vocab_size: int,
+        dim: int = 256,
+        depth: int = 4,
+        heads: int = 4,
+        max_len: int = 256,
+        rotary: bool = False,
+        tie_weights: bool = True,
+        dropout: float = 0.0,
+        *,
+        key,
+        gelu_approximate: bool = False,
+        eps: float = 1e-5,
+    ):
         if dim % heads:
             raise ValueError(f"GPT: heads={heads} must divide dim={dim}")
         keys = jax.random.split(key, depth + 3)
         self.embed = nn.Embedding(vocab_size, dim, key=keys[0])
         self.embed = self.embed.replace(weight=0.02 * self.embed.weight)
         self.pos = None if rotary else 0.02 * jax.random.normal(keys[1], (max_len, dim))
-        self.blocks = tuple(Block(dim, heads, rotary, dropout, key=k, depth=depth, gelu_approximate=gelu_approximate,
-                                  eps=eps) for k in keys[3:])
+        self.blocks = tuple(
+            Block(
+                dim,
+                heads,
+                rotary,
+                dropout,
+                key=k,
+                depth=depth,
+                gelu_approximate=gelu_approximate,
+                eps=eps,
+            )
+            for k in keys[3:]
+        )
         self.ln_f = nn.LayerNorm(dim, eps)
         self.head = None if tie_weights else _linear(dim, vocab_size, 0.02, keys[2], bias=False)
         self.max_len = max_len
@@ -135,13 +177,19 @@ class GPT(nn.Module):
         positions = start + (np if isinstance(start, int) else jnp).arange(ids.shape[1])  # (T,)
         x = self.embed(ids)  # (B, T, C)
         x = x if self.pos is None else x + jnp.take(self.pos, positions, axis=0)[None]
-        tables = rotary_tables(positions, x.shape[-1] // self.blocks[0].heads) if self.blocks[0].rotary else None
+        tables = (
+            rotary_tables(positions, x.shape[-1] // self.blocks[0].heads)
+            if self.blocks[0].rotary
+            else None
+        )
         new_cache = []
         for block, layer_cache in zip(self.blocks, cache):
             x, layer_cache = block(x, positions, layer_cache, tables)
             new_cache.append(layer_cache)
         x = self.ln_f(x)
-        return (x @ self.embed.weight.T if self.head is None else self.head(x)), tuple(new_cache)  # (B, T, V)
+        return (x @ self.embed.weight.T if self.head is None else self.head(x)), tuple(
+            new_cache
+        )  # (B, T, V)
 
     def empty_cache(self, batch: int, dtype=jnp.float32):
         heads = self.blocks[0].heads
@@ -160,13 +208,23 @@ def sample_token(logits, key, temperature: float = 1.0, top_k: int | None = None
     return jax.random.categorical(key, logits, axis=-1)
 
 
-def generate(model: GPT, prompt, max_new_tokens: int, *, key, temperature: float = 1.0, top_k: int | None = None):
+def generate(
+    model: GPT,
+    prompt,
+    max_new_tokens: int,
+    *,
+    key,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+):
     """Extend `prompt` (B, T0) by `max_new_tokens` tokens; returns (B, T0 + max_new_tokens).
     Compiled once per model configuration, prompt shape, length and sampling settings."""
     T0 = prompt.shape[1]
     if T0 + max_new_tokens > model.max_len:
-        raise ValueError(f"GPT.generate: prompt length {T0} + {max_new_tokens} new tokens exceeds "
-                         f"max_len={model.max_len}")
+        raise ValueError(
+            f"GPT.generate: prompt length {T0} + {max_new_tokens} new tokens exceeds "
+            f"max_len={model.max_len}"
+        )
     return _generate(model, prompt, key, max_new_tokens, temperature, top_k)
 
 
@@ -182,5 +240,7 @@ def _generate(model, prompt, key, max_new_tokens, temperature, top_k):
         nxt = sample_token(logits[:, -1], jax.random.fold_in(key, i), temperature, top_k)
         return tokens.at[:, T0 + i].set(nxt.astype(tokens.dtype)), cache
 
-    tokens = jnp.pad(prompt, ((0, 0), (0, max_new_tokens))).at[:, T0].set(first.astype(prompt.dtype))  # (B, T0 + new)
+    tokens = (
+        jnp.pad(prompt, ((0, 0), (0, max_new_tokens))).at[:, T0].set(first.astype(prompt.dtype))
+    )  # (B, T0 + new)
     return jax.lax.fori_loop(1, max_new_tokens, body, (tokens, cache))[0]

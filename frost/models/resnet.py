@@ -15,6 +15,7 @@ Every model is fully convolutional up to a global average pool, so any input siz
 (fan-out) initialisation as in torchvision; the last BatchNorm of each block starts at zero
 (`zero_init_residual`, Goyal et al. 2017) only when asked.
 """
+
 import jax
 import jax.numpy as jnp
 
@@ -29,6 +30,7 @@ def _conv(cin, cout, k, stride, key):
 
 class BasicBlock(nn.Module):
     """x -> conv3x3 -> BN -> ReLU -> conv3x3 -> BN, + shortcut(x), -> ReLU."""
+
     conv1: nn.Conv
     bn1: nn.BatchNorm
     conv2: nn.Conv
@@ -43,12 +45,16 @@ class BasicBlock(nn.Module):
         self.conv2, self.bn2 = _conv(cout, cout, 3, 1, k2), nn.BatchNorm(cout)
         self.stride, self.pad_channels = stride, cout - cin if option == "A" else 0
         project = option != "A" and (stride != 1 or cin != cout)
-        self.shortcut = nn.Sequential(_conv(cin, cout, 1, stride, k3), nn.BatchNorm(cout)) if project else None
+        self.shortcut = (
+            nn.Sequential(_conv(cin, cout, 1, stride, k3), nn.BatchNorm(cout)) if project else None
+        )
 
     def residual(self, x):  # (N, H, W, Cin) -> (N, H/s, W/s, Cout)
         if self.shortcut is not None:
             return self.shortcut(x)
-        x = x[:, ::self.stride, ::self.stride, :]  # option A (or the identity, at stride 1 with no padding)
+        x = x[
+            :, :: self.stride, :: self.stride, :
+        ]  # option A (or the identity, at stride 1 with no padding)
         lo = self.pad_channels // 2
         return jnp.pad(x, ((0, 0), (0, 0), (0, 0), (lo, self.pad_channels - lo)))
 
@@ -59,6 +65,7 @@ class BasicBlock(nn.Module):
 
 class Bottleneck(nn.Module):
     """x -> 1x1 -> BN -> ReLU -> 3x3 (stride) -> BN -> ReLU -> 1x1 (4x) -> BN, + shortcut, -> ReLU."""
+
     conv1: nn.Conv
     bn1: nn.BatchNorm
     conv2: nn.Conv
@@ -73,8 +80,11 @@ class Bottleneck(nn.Module):
         self.conv1, self.bn1 = _conv(cin, width, 1, 1, k1), nn.BatchNorm(width)
         self.conv2, self.bn2 = _conv(width, width, 3, stride, k2), nn.BatchNorm(width)
         self.conv3, self.bn3 = _conv(width, cout, 1, 1, k3), nn.BatchNorm(cout)
-        self.shortcut = (nn.Sequential(_conv(cin, cout, 1, stride, k4), nn.BatchNorm(cout))
-                         if stride != 1 or cin != cout else None)
+        self.shortcut = (
+            nn.Sequential(_conv(cin, cout, 1, stride, k4), nn.BatchNorm(cout))
+            if stride != 1 or cin != cout
+            else None
+        )
 
     def __call__(self, x):
         y = jax.nn.relu(self.bn1(self.conv1(x)))
@@ -88,11 +98,21 @@ class ResNet(nn.Module):
     blocks: tuple
     head: nn.Linear
 
-    def __init__(self, block, depths, widths, num_classes, in_channels, imagenet_stem, option, *, key):
+    def __init__(
+        self, block, depths, widths, num_classes, in_channels, imagenet_stem, option, *, key
+    ):
         keys = iter(jax.random.split(key, sum(depths) + 2))
         size, stride = (7, 2) if imagenet_stem else (3, 1)
-        stem = [_conv(in_channels, widths[0], size, stride, next(keys)), nn.BatchNorm(widths[0]), nn.ReLU()]
-        self.stem = nn.Sequential(*stem, nn.MaxPool(3, stride=2, padding=1)) if imagenet_stem else nn.Sequential(*stem)
+        stem = [
+            _conv(in_channels, widths[0], size, stride, next(keys)),
+            nn.BatchNorm(widths[0]),
+            nn.ReLU(),
+        ]
+        self.stem = (
+            nn.Sequential(*stem, nn.MaxPool(3, stride=2, padding=1))
+            if imagenet_stem
+            else nn.Sequential(*stem)
+        )
         blocks, cin = [], widths[0]
         for stage, (depth, width) in enumerate(zip(depths, widths)):
             for i in range(depth):
@@ -111,35 +131,49 @@ class ResNet(nn.Module):
 
 def zero_init_residual(model: ResNet) -> ResNet:
     """Start each block's last BatchNorm scale at zero, so every block begins as the identity."""
+
     def zero(block):
         last = "bn3" if isinstance(block, Bottleneck) else "bn2"
         bn = getattr(block, last)
         return block.replace(**{last: bn.replace(weight=jnp.zeros_like(bn.weight))})
+
     return model.replace(blocks=tuple(zero(b) for b in model.blocks))
 
 
 def resnet20(num_classes=10, in_channels=3, *, key):
-    return ResNet(BasicBlock, (3, 3, 3), (16, 32, 64), num_classes, in_channels, False, "A", key=key)
+    return ResNet(
+        BasicBlock, (3, 3, 3), (16, 32, 64), num_classes, in_channels, False, "A", key=key
+    )
 
 
 def resnet56(num_classes=10, in_channels=3, *, key):
-    return ResNet(BasicBlock, (9, 9, 9), (16, 32, 64), num_classes, in_channels, False, "A", key=key)
+    return ResNet(
+        BasicBlock, (9, 9, 9), (16, 32, 64), num_classes, in_channels, False, "A", key=key
+    )
 
 
 def cifar_resnet18(num_classes=10, in_channels=3, *, key):
-    return ResNet(BasicBlock, (2, 2, 2, 2), (64, 128, 256, 512), num_classes, in_channels, False, "B", key=key)
+    return ResNet(
+        BasicBlock, (2, 2, 2, 2), (64, 128, 256, 512), num_classes, in_channels, False, "B", key=key
+    )
 
 
 def resnet18(num_classes=1000, in_channels=3, *, key):
-    return ResNet(BasicBlock, (2, 2, 2, 2), (64, 128, 256, 512), num_classes, in_channels, True, "B", key=key)
+    return ResNet(
+        BasicBlock, (2, 2, 2, 2), (64, 128, 256, 512), num_classes, in_channels, True, "B", key=key
+    )
 
 
 def resnet34(num_classes=1000, in_channels=3, *, key):
-    return ResNet(BasicBlock, (3, 4, 6, 3), (64, 128, 256, 512), num_classes, in_channels, True, "B", key=key)
+    return ResNet(
+        BasicBlock, (3, 4, 6, 3), (64, 128, 256, 512), num_classes, in_channels, True, "B", key=key
+    )
 
 
 def resnet50(num_classes=1000, in_channels=3, *, key):
-    return ResNet(Bottleneck, (3, 4, 6, 3), (64, 128, 256, 512), num_classes, in_channels, True, "B", key=key)
+    return ResNet(
+        Bottleneck, (3, 4, 6, 3), (64, 128, 256, 512), num_classes, in_channels, True, "B", key=key
+    )
 
 
 MODELS = {f.__name__: f for f in (resnet20, resnet56, cifar_resnet18, resnet18, resnet34, resnet50)}

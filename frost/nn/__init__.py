@@ -1,9 +1,30 @@
 """frost.nn: PyTree modules and layers (see module.py for the Module system, context.py for
 training mode and BatchNorm state)."""
+
 from frost.nn import init
-from frost.nn.containers import (GELU, Flatten, Identity, Lambda, ReLU, Sequential, Sigmoid, SiLU, Tanh, gelu,
-                                 log_softmax, relu, sigmoid, silu, softmax, tanh)
-from frost.nn.attention import attention_implementation, dot_product_attention, set_attention_implementation
+from frost.nn.containers import (
+    GELU,
+    Flatten,
+    Identity,
+    Lambda,
+    ReLU,
+    Sequential,
+    Sigmoid,
+    SiLU,
+    Tanh,
+    gelu,
+    log_softmax,
+    relu,
+    sigmoid,
+    silu,
+    softmax,
+    tanh,
+)
+from frost.nn.attention import (
+    attention_implementation,
+    dot_product_attention,
+    set_attention_implementation,
+)
 from frost.nn.context import apply, is_training
 from frost.nn.conv import Conv, Conv1d, Conv2d
 from frost.nn.dropout import Dropout

@@ -19,6 +19,7 @@ Both give the same function: key_padding_mask (B, S) bool is True where a key ma
 (jax.nn's `mask` convention; PyTorch's key_padding_mask is the opposite), the causal mask is
 aligned top-left (query i sees keys 0..i), and a query row with no key to attend to gives zeros.
 """
+
 import os
 
 import jax
@@ -50,8 +51,20 @@ def attention_implementation(implementation: str | None = None) -> str:
     return name or ("pallas" if jax.default_backend() == "gpu" else "xla")
 
 
-def dot_product_attention(q, k, v, *, causal: bool, key_padding_mask=None, scale: float | None = None,
-                          implementation: str | None = None):
+def dot_product_attention(
+    q,
+    k,
+    v,
+    *,
+    causal: bool,
+    key_padding_mask=None,
+    scale: float | None = None,
+    implementation: str | None = None,
+):
     """softmax(scale q k^T) v per batch and head; scale defaults to 1/sqrt(D). See the module docstring."""
-    fn = flash_attention if attention_implementation(implementation) == "pallas" else attention_reference
+    fn = (
+        flash_attention
+        if attention_implementation(implementation) == "pallas"
+        else attention_reference
+    )
     return fn(q, k, v, causal=causal, key_padding_mask=key_padding_mask, scale=scale)

@@ -1,4 +1,5 @@
 """Sequential, Lambda, and activations as modules (so they can sit in a Sequential)."""
+
 import jax
 import jax.numpy as jnp
 
@@ -7,6 +8,7 @@ from frost.nn.module import Module, static
 
 class Lambda(Module):
     """Wrap a parameter-free function, e.g. `Lambda(jnp.tanh)`; the function is static."""
+
     fn: object = static()
 
     def __call__(self, x):
@@ -15,10 +17,13 @@ class Lambda(Module):
 
 class Sequential(Module):
     """Apply layers in order. Plain callables are wrapped in `Lambda`."""
+
     layers: tuple
 
     def __init__(self, *layers):
-        self.layers = tuple(layer if isinstance(layer, Module) else Lambda(layer) for layer in layers)
+        self.layers = tuple(
+            layer if isinstance(layer, Module) else Lambda(layer) for layer in layers
+        )
 
     def __call__(self, x):
         for layer in self.layers:
@@ -39,16 +44,35 @@ def gelu(x):
     return 0.5 * x * (1 + jax.lax.erf(x * 0.7071067811865476))
 
 
-relu, silu, sigmoid, tanh, softmax, log_softmax = (jax.nn.relu, jax.nn.silu, jax.nn.sigmoid, jnp.tanh,
-                                                   jax.nn.softmax, jax.nn.log_softmax)
+relu, silu, sigmoid, tanh, softmax, log_softmax = (
+    jax.nn.relu,
+    jax.nn.silu,
+    jax.nn.sigmoid,
+    jnp.tanh,
+    jax.nn.softmax,
+    jax.nn.log_softmax,
+)
 
 
 def _activation(name, fn):
-    return type(name, (Module,), {"__call__": lambda self, x: fn(x), "__doc__": f"{name} activation as a module."})
+    return type(
+        name,
+        (Module,),
+        {"__call__": lambda self, x: fn(x), "__doc__": f"{name} activation as a module."},
+    )
 
 
-ReLU, GELU, SiLU, Sigmoid, Tanh, Identity = (_activation(n, f) for n, f in [
-    ("ReLU", relu), ("GELU", gelu), ("SiLU", silu), ("Sigmoid", sigmoid), ("Tanh", tanh), ("Identity", lambda x: x)])
+ReLU, GELU, SiLU, Sigmoid, Tanh, Identity = (
+    _activation(n, f)
+    for n, f in [
+        ("ReLU", relu),
+        ("GELU", gelu),
+        ("SiLU", silu),
+        ("Sigmoid", sigmoid),
+        ("Tanh", tanh),
+        ("Identity", lambda x: x),
+    ]
+)
 
 
 class Flatten(Module):

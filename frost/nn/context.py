@@ -18,6 +18,7 @@ Dropout is the identity. Call `apply` inside the same `jit`/`grad` as the forwar
 recorded statistics belong to that trace. A layer object used twice in one pass records twice;
 the last call wins.
 """
+
 import contextvars
 import dataclasses
 
@@ -30,7 +31,9 @@ from frost.nn.module import Module, is_module, map_children
 class _Context:
     train: bool
     key: jax.Array | None
-    records: dict = dataclasses.field(default_factory=dict)  # id(layer) -> (layer, {field: new value})
+    records: dict = dataclasses.field(
+        default_factory=dict
+    )  # id(layer) -> (layer, {field: new value})
     calls: int = 0
 
 
@@ -47,15 +50,20 @@ def is_training() -> bool:
 def record(layer: Module, **fields) -> None:
     """Called by a layer during `apply(train=True)` to replace some of its fields afterwards."""
     if is_training():
-        _context.get().records[id(layer)] = (layer, {k: jax.lax.stop_gradient(v) for k, v in fields.items()})
+        _context.get().records[id(layer)] = (
+            layer,
+            {k: jax.lax.stop_gradient(v) for k, v in fields.items()},
+        )
 
 
 def next_key(layer: Module) -> jax.Array:
     """A fresh PRNG key for a random layer in training mode."""
     ctx = _context.get()
     if ctx is None or ctx.key is None:
-        raise ValueError(f"{layer.describe()} needs a PRNG key in training mode: pass `key=` to the layer, "
-                         "or run the model through `frost.nn.apply(model, x, train=True, key=key)`")
+        raise ValueError(
+            f"{layer.describe()} needs a PRNG key in training mode: pass `key=` to the layer, "
+            "or run the model through `frost.nn.apply(model, x, train=True, key=key)`"
+        )
     ctx.calls += 1
     return jax.random.fold_in(ctx.key, ctx.calls)
 
@@ -70,12 +78,15 @@ def _write_back(tree, records: dict):
             found.add(id(x))
             x = x.replace(**records[id(x)][1])  # keeps the child objects, so their ids still match
         return map_children(x, lambda _, value: jax.tree.map(visit, value, is_leaf=is_module))
+
     out = jax.tree.map(visit, tree, is_leaf=is_module)
     lost = [layer for i, (layer, _) in records.items() if i not in found]
     if lost:
-        raise ValueError(f"{lost[0].describe()} recorded new state (e.g. BatchNorm statistics) in apply(), but that "
-                         "layer object is not part of the model given to apply(): a copy or cast made during the "
-                         "forward pass would lose it. Cast or copy the model before apply(), not inside it.")
+        raise ValueError(
+            f"{lost[0].describe()} recorded new state (e.g. BatchNorm statistics) in apply(), but that "
+            "layer object is not part of the model given to apply(): a copy or cast made during the "
+            "forward pass would lose it. Cast or copy the model before apply(), not inside it."
+        )
     return out
 
 

@@ -8,6 +8,7 @@ The lowering is `lax.conv_general_dilated` (cuDNN on a GPU, XLA's own kernels on
 `benchmarks/conv.py` measures im2col + matmul and Winograd F(2x2, 3x3) / F(4x4, 3x3) beside it
 on a CPU: none is faster across the ResNet's layers (README, "Where the time goes").
 """
+
 from collections.abc import Sequence
 
 import jax
@@ -32,10 +33,15 @@ def _padding(padding, n: int):
         if padding.upper() not in ("SAME", "VALID"):
             raise ValueError(f"padding={padding!r}: use an int, a tuple, 'SAME' or 'VALID'")
         return padding.upper()
-    pairs = ((padding, padding),) * n if isinstance(padding, int) else tuple(
-        (p, p) if isinstance(p, int) else tuple(p) for p in padding)
+    pairs = (
+        ((padding, padding),) * n
+        if isinstance(padding, int)
+        else tuple((p, p) if isinstance(p, int) else tuple(p) for p in padding)
+    )
     if len(pairs) != n or not all(len(p) == 2 and min(p) >= 0 for p in pairs):
-        raise ValueError(f"padding={padding!r} must be >= 0, one entry (or (low, high) pair) per spatial axis ({n})")
+        raise ValueError(
+            f"padding={padding!r} must be >= 0, one entry (or (low, high) pair) per spatial axis ({n})"
+        )
     return pairs
 
 
@@ -50,16 +56,32 @@ class Conv(Module):
     dilation: tuple = static()
     groups: int = static()
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: int | Sequence[int], stride=1,
-                 padding=0, dilation=1, groups: int = 1, use_bias: bool = True, num_spatial_dims: int = 2,
-                 *, key, dtype=jnp.float32):
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int | Sequence[int],
+        stride=1,
+        padding=0,
+        dilation=1,
+        groups: int = 1,
+        use_bias: bool = True,
+        num_spatial_dims: int = 2,
+        *,
+        key,
+        dtype=jnp.float32,
+    ):
         n = num_spatial_dims
         if n not in _SPATIAL:
             raise ValueError(f"num_spatial_dims must be 1, 2 or 3, got {n}")
         if min(in_channels, out_channels, groups) < 1:
-            raise ValueError(f"in_channels={in_channels}, out_channels={out_channels} and groups={groups} must be >= 1")
+            raise ValueError(
+                f"in_channels={in_channels}, out_channels={out_channels} and groups={groups} must be >= 1"
+            )
         if in_channels % groups or out_channels % groups:
-            raise ValueError(f"groups={groups} must divide in_channels={in_channels} and out_channels={out_channels}")
+            raise ValueError(
+                f"groups={groups} must divide in_channels={in_channels} and out_channels={out_channels}"
+            )
         self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
         self.kernel_size = _tuple(kernel_size, n, "kernel_size")
         self.stride, self.dilation = _tuple(stride, n, "stride"), _tuple(dilation, n, "dilation")
@@ -67,7 +89,11 @@ class Conv(Module):
         wkey, bkey = jax.random.split(key)
         shape = (*self.kernel_size, in_channels // groups, out_channels)
         self.weight = init.kaiming_uniform(wkey, shape, dtype=dtype)
-        self.bias = init.bias_uniform(bkey, (out_channels,), init.fans(shape)[0], dtype) if use_bias else None
+        self.bias = (
+            init.bias_uniform(bkey, (out_channels,), init.fans(shape)[0], dtype)
+            if use_bias
+            else None
+        )
 
     def __call__(self, x):  # (N, *spatial, in) -> (N, *spatial', out)
         n = len(self.kernel_size)
@@ -75,8 +101,14 @@ class Conv(Module):
         check_input(self, x, getattr(x, "ndim", 0) == n + 2, self.in_channels, expected)
         layout = "N" + _SPATIAL[n] + "C"
         y = jax.lax.conv_general_dilated(
-            x, self.weight, window_strides=self.stride, padding=self.padding, rhs_dilation=self.dilation,
-            dimension_numbers=(layout, _SPATIAL[n] + "IO", layout), feature_group_count=self.groups)
+            x,
+            self.weight,
+            window_strides=self.stride,
+            padding=self.padding,
+            rhs_dilation=self.dilation,
+            dimension_numbers=(layout, _SPATIAL[n] + "IO", layout),
+            feature_group_count=self.groups,
+        )
         return y if self.bias is None else y + expand_to(self.bias, y.ndim)
 
 

@@ -2,6 +2,7 @@
 1 / (1 - p). The key is explicit: `drop(x, key=key)` always drops; inside
 `frost.nn.apply(model, x, train=True, key=key)` each Dropout gets its own key; otherwise
 (evaluation mode, no key) it is the identity."""
+
 import jax
 import jax.numpy as jnp
 

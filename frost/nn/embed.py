@@ -3,6 +3,7 @@
 An id outside [0, num_embeddings) is an error: concrete ids are checked at once; inside `jit`,
 where values are unknown, such an id gives a row of NaN (never another row: -1 does not wrap),
 which the training loop's non-finite policy then stops on."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -17,7 +18,9 @@ class Embedding(Module):
 
     def __init__(self, num_embeddings: int, dim: int, *, key, dtype=jnp.float32):
         if num_embeddings < 1 or dim < 1:
-            raise ValueError(f"Embedding: num_embeddings={num_embeddings} and dim={dim} must be >= 1")
+            raise ValueError(
+                f"Embedding: num_embeddings={num_embeddings} and dim={dim} must be >= 1"
+            )
         self.weight = jax.random.normal(key, (num_embeddings, dim), dtype)  # N(0, 1), as in PyTorch
         self.num_embeddings, self.dim = num_embeddings, dim
 
@@ -25,9 +28,19 @@ class Embedding(Module):
         if not hasattr(ids, "dtype") or not jnp.issubdtype(ids.dtype, jnp.integer):
             raise shape_error(self, f"integer ids in [0, {self.num_embeddings})", ids)
         n = self.num_embeddings
-        if not isinstance(ids, jax.core.Tracer) and ids.size:  # concrete ids (also constants inside a trace)
+        if (
+            not isinstance(ids, jax.core.Tracer) and ids.size
+        ):  # concrete ids (also constants inside a trace)
             host = np.asarray(ids)
             low, high = int(host.min()), int(host.max())
             if low < 0 or high >= n:
-                raise ValueError(f"{self.describe()}: ids must be in [0, {n}), got values from {low} to {high}")
-        return jnp.take(self.weight, jnp.where((ids >= 0) & (ids < n), ids, n), axis=0, mode="fill", fill_value=jnp.nan)
+                raise ValueError(
+                    f"{self.describe()}: ids must be in [0, {n}), got values from {low} to {high}"
+                )
+        return jnp.take(
+            self.weight,
+            jnp.where((ids >= 0) & (ids < n), ids, n),
+            axis=0,
+            mode="fill",
+            fill_value=jnp.nan,
+        )

@@ -1,4 +1,5 @@
 """Linear (fully connected) layer: y = x @ W + b."""
+
 import jax
 import jax.numpy as jnp
 
@@ -11,8 +12,12 @@ def check_float_input(layer: Module, x, weight, expected: str):
     if not hasattr(x, "dtype") or not jnp.issubdtype(x.dtype, jnp.floating):
         raise shape_error(layer, f"{expected} of a floating dtype", x)
     if weight is not None and x.dtype != weight.dtype:
-        raise shape_error(layer, f"{expected} of dtype {weight.dtype.name} (the weights' dtype; cast the input, "
-                          "or the model with jax.tree.map(lambda a: a.astype(...), model))", x)
+        raise shape_error(
+            layer,
+            f"{expected} of dtype {weight.dtype.name} (the weights' dtype; cast the input, "
+            "or the model with jax.tree.map(lambda a: a.astype(...), model))",
+            x,
+        )
 
 
 def check_input(layer: Module, x, rank_ok: bool, channels: int, expected: str):
@@ -29,15 +34,23 @@ class Linear(Module):
     in_features: int = static()
     out_features: int = static()
 
-    def __init__(self, in_features: int, out_features: int, use_bias: bool = True, *, key, dtype=jnp.float32):
+    def __init__(
+        self, in_features: int, out_features: int, use_bias: bool = True, *, key, dtype=jnp.float32
+    ):
         if in_features < 1 or out_features < 1:
-            raise ValueError(f"Linear: in_features={in_features} and out_features={out_features} must be >= 1")
+            raise ValueError(
+                f"Linear: in_features={in_features} and out_features={out_features} must be >= 1"
+            )
         wkey, bkey = jax.random.split(key)
         self.weight = init.kaiming_uniform(wkey, (in_features, out_features), dtype=dtype)
-        self.bias = init.bias_uniform(bkey, (out_features,), in_features, dtype) if use_bias else None
+        self.bias = (
+            init.bias_uniform(bkey, (out_features,), in_features, dtype) if use_bias else None
+        )
         self.in_features, self.out_features = in_features, out_features
 
     def __call__(self, x):  # (..., in) -> (..., out)
-        check_input(self, x, getattr(x, "ndim", 0) >= 1, self.in_features, f"(..., {self.in_features})")
+        check_input(
+            self, x, getattr(x, "ndim", 0) >= 1, self.in_features, f"(..., {self.in_features})"
+        )
         y = x @ self.weight  # (..., out)
         return y if self.bias is None else y + expand_to(self.bias, y.ndim)

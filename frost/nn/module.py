@@ -19,6 +19,7 @@ Subclasses are turned into dataclasses automatically. A subclass may write its o
 returns the instance is frozen and `model.replace(field=value)` makes a modified copy.
 Unflattening (inside jit/grad/tree.map) bypasses `__init__`.
 """
+
 import dataclasses
 import functools
 from typing import Any
@@ -49,15 +50,30 @@ def is_module(x) -> bool:
 
 def map_children(module, fn):
     """`module` with each child (non-static) field's value replaced by `fn(field, value)`."""
-    return module.replace(**{f.name: fn(f, module.__dict__[f.name]) for f in dataclasses.fields(module)
-                             if not f.metadata.get("static")})
+    return module.replace(
+        **{
+            f.name: fn(f, module.__dict__[f.name])
+            for f in dataclasses.fields(module)
+            if not f.metadata.get("static")
+        }
+    )
 
 
 def buffer_mask(tree):
     """A tree of bools shaped like `tree`: True at buffer leaves, False at every other leaf."""
+
     def child(field, value):
-        return jax.tree.map(lambda _: True, value) if field.metadata.get("buffer") else buffer_mask(value)
-    return jax.tree.map(lambda x: map_children(x, child) if isinstance(x, Module) else False, tree, is_leaf=is_module)
+        return (
+            jax.tree.map(lambda _: True, value)
+            if field.metadata.get("buffer")
+            else buffer_mask(value)
+        )
+
+    return jax.tree.map(
+        lambda x: map_children(x, child) if isinstance(x, Module) else False,
+        tree,
+        is_leaf=is_module,
+    )
 
 
 def trainable_mask(tree):
@@ -72,7 +88,11 @@ def update_buffers(model, source):
 
 def shape_error(layer, expected: str, x) -> ValueError:
     """The error every layer raises for a bad input: names the layer and both shapes."""
-    got = f"shape {tuple(x.shape)} and dtype {np.dtype(x.dtype).name}" if hasattr(x, "shape") else repr(x)
+    got = (
+        f"shape {tuple(x.shape)} and dtype {np.dtype(x.dtype).name}"
+        if hasattr(x, "shape")
+        else repr(x)
+    )
     return ValueError(f"{layer.describe()} expected input {expected}, got {got}")
 
 
@@ -95,7 +115,9 @@ def _wrap_init(user_init):
         if missing:
             raise TypeError(f"{type(self).__name__}.__init__ did not set field(s) {missing}")
 
-    return functools.update_wrapper(__init__, user_init)  # its name, docstring and signature (__wrapped__)
+    return functools.update_wrapper(
+        __init__, user_init
+    )  # its name, docstring and signature (__wrapped__)
 
 
 class Module:
@@ -103,9 +125,13 @@ class Module:
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        custom = "__init__" in cls.__dict__ or getattr(cls, "_frost_custom_init", False)  # own or inherited
+        custom = "__init__" in cls.__dict__ or getattr(
+            cls, "_frost_custom_init", False
+        )  # own or inherited
         dataclasses.dataclass(cls, init=not custom, repr=False, eq=False)
-        if "__init__" in cls.__dict__:  # wrap ours, or the dataclass-generated one (an inherited one is wrapped)
+        if (
+            "__init__" in cls.__dict__
+        ):  # wrap ours, or the dataclass-generated one (an inherited one is wrapped)
             cls.__init__ = _wrap_init(cls.__dict__["__init__"])
         cls._frost_custom_init = custom
         children = tuple(f.name for f in dataclasses.fields(cls) if not f.metadata.get("static"))
@@ -124,37 +150,53 @@ class Module:
             m.__dict__.update(zip(children + statics, (*kids, *aux)))
             return m
 
-        jax.tree_util.register_pytree_with_keys(cls, flatten_with_keys, unflatten, flatten_func=flatten)
+        jax.tree_util.register_pytree_with_keys(
+            cls, flatten_with_keys, unflatten, flatten_func=flatten
+        )
 
     def __setattr__(self, name, value):
         if self.__dict__.get(_INIT_FLAG):
             return object.__setattr__(self, name, value)
         raise dataclasses.FrozenInstanceError(
             f"cannot set {type(self).__name__}.{name}: modules are immutable. "
-            f"Use `model = model.replace({name}=...)` or `jax.tree.map` to make a new one.")
+            f"Use `model = model.replace({name}=...)` or `jax.tree.map` to make a new one."
+        )
 
     def __delattr__(self, name):
-        raise dataclasses.FrozenInstanceError(f"cannot delete {type(self).__name__}.{name}: modules are immutable")
+        raise dataclasses.FrozenInstanceError(
+            f"cannot delete {type(self).__name__}.{name}: modules are immutable"
+        )
 
     def replace(self, **changes) -> "Module":
         """A copy with some fields changed (does not call `__init__`)."""
         names = {f.name for f in dataclasses.fields(self)}
         unknown = set(changes) - names
         if unknown:
-            raise TypeError(f"{type(self).__name__} has no field(s) {sorted(unknown)}; fields are {sorted(names)}")
+            raise TypeError(
+                f"{type(self).__name__} has no field(s) {sorted(unknown)}; fields are {sorted(names)}"
+            )
         new = object.__new__(type(self))
         new.__dict__.update(self.__dict__, **changes)
         return new
 
     def param_count(self) -> int:
         """Number of scalars in the floating-point parameter leaves (buffers excluded)."""
-        leaves = jax.tree.leaves(jax.tree.map(lambda x, b: None if b else x, self, buffer_mask(self)))
-        return sum(int(np.prod(x.shape)) for x in leaves if hasattr(x, "dtype") and np.issubdtype(x.dtype, np.inexact))
+        leaves = jax.tree.leaves(
+            jax.tree.map(lambda x, b: None if b else x, self, buffer_mask(self))
+        )
+        return sum(
+            int(np.prod(x.shape))
+            for x in leaves
+            if hasattr(x, "dtype") and np.issubdtype(x.dtype, np.inexact)
+        )
 
     def describe(self) -> str:
         """A one-line name with the configuration, used in error messages."""
-        statics = [f"{f.name}={_leaf_repr(self.__dict__[f.name])}" for f in dataclasses.fields(self)
-                   if f.metadata.get("static")]
+        statics = [
+            f"{f.name}={_leaf_repr(self.__dict__[f.name])}"
+            for f in dataclasses.fields(self)
+            if f.metadata.get("static")
+        ]
         return f"{type(self).__name__}({', '.join(statics)})"
 
     def __repr__(self) -> str:
@@ -172,7 +214,10 @@ def _leaf_repr(x) -> str:
 def _repr(obj, depth: int) -> str:
     pad = "  " * (depth + 1)
     if isinstance(obj, Module):
-        parts = [f"{f.name}={_repr(obj.__dict__.get(f.name), depth + 1)}" for f in dataclasses.fields(obj)]
+        parts = [
+            f"{f.name}={_repr(obj.__dict__.get(f.name), depth + 1)}"
+            for f in dataclasses.fields(obj)
+        ]
         if not any("\n" in p for p in parts) and sum(map(len, parts)) < 80:
             return f"{type(obj).__name__}({', '.join(parts)})"
         body = ",\n".join(pad + p for p in parts)

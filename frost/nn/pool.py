@@ -1,5 +1,6 @@
 """Pooling, channels last: MaxPool, AvgPool (zero padding counted, as PyTorch's default), and
 GlobalAvgPool (mean over all spatial axes)."""
+
 import math
 
 import jax
@@ -26,8 +27,9 @@ class _Pool(Module):
         if getattr(x, "ndim", 0) != n + 2:
             raise shape_error(self, f"(N, {n} spatial axes, C)", x)
         pads = ((0, 0),) + tuple((p, p) for p in self.padding) + ((0, 0),)
-        return jax.lax.reduce_window(x, np.array(init, x.dtype), op, (1, *self.kernel_size, 1),
-                                     (1, *self.stride, 1), pads)
+        return jax.lax.reduce_window(
+            x, np.array(init, x.dtype), op, (1, *self.kernel_size, 1), (1, *self.stride, 1), pads
+        )
 
 
 class MaxPool(_Pool):

@@ -30,6 +30,7 @@ gradients overflow, and doubles it after `period` good steps (as NVIDIA apex and
 and does the unscaling, skipping and adjusting; frost.train's step finds it there and scales
 the loss (`--precision fp16`).
 """
+
 import dataclasses
 from typing import Any, NamedTuple
 
@@ -44,15 +45,18 @@ from frost.optim.transforms import update_if
 
 def cast(tree, dtype):
     """`tree` with its floating-point leaves as `dtype`; integers, PRNG keys and buffers unchanged."""
+
     def leaf(x, is_buffer):
         floating = hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jnp.floating)
         return x.astype(dtype) if floating and not is_buffer else x
+
     return jax.tree.map(leaf, tree, buffer_mask(tree))
 
 
 @dataclasses.dataclass(frozen=True)
 class Policy:
     """The dtypes of a step: `params` stored, `compute` for the forward/backward pass, `output` returned."""
+
     params: Any = jnp.float32
     compute: Any = jnp.bfloat16
     output: Any = jnp.float32
@@ -67,8 +71,11 @@ class Policy:
         return cast(tree, self.output)
 
 
-POLICIES = {"fp32": Policy(compute=jnp.float32), "bf16": Policy(compute=jnp.bfloat16),
-            "fp16": Policy(compute=jnp.float16)}
+POLICIES = {
+    "fp32": Policy(compute=jnp.float32),
+    "bf16": Policy(compute=jnp.bfloat16),
+    "fp16": Policy(compute=jnp.float16),
+}
 
 
 def policy(name: str) -> Policy:
@@ -81,12 +88,13 @@ def policy(name: str) -> Policy:
 class LossScale(NamedTuple):
     """Dynamic loss-scaling state, a PyTree of scalars: the scale, good steps since the last change,
     and the number of steps skipped for overflow."""
+
     scale: jax.Array
     good_steps: jax.Array
     skipped: jax.Array
 
 
-def loss_scale(initial: float = 2.0 ** 15) -> LossScale:
+def loss_scale(initial: float = 2.0**15) -> LossScale:
     return LossScale(jnp.float32(initial), jnp.int32(0), jnp.int32(0))
 
 
@@ -96,20 +104,31 @@ def scale_loss(state: LossScale, loss):
 
 def unscale(state: LossScale, grads):
     """Scaled gradients -> true gradients, in float32 (at least)."""
+
     def leaf(g):
         g = g.astype(jnp.float32) if g.dtype.itemsize < 4 else g
         return g / state.scale.astype(g.dtype)
+
     return jax.tree.map(leaf, grads)
 
 
-def adjust(state: LossScale, finite, period: int = 2000, factor: float = 2.0, min_scale: float = 1.0) -> LossScale:
+def adjust(
+    state: LossScale, finite, period: int = 2000, factor: float = 2.0, min_scale: float = 1.0
+) -> LossScale:
     """After a step: on overflow (`finite` False) divide the scale by `factor` (not below
     `min_scale`) and count a skipped step; after `period` finite steps in a row multiply it."""
     grown = state.good_steps + 1 >= period
-    scale = jnp.where(finite, jnp.where(grown, state.scale * factor, state.scale),
-                      jnp.maximum(state.scale / factor, min_scale))
+    scale = jnp.where(
+        finite,
+        jnp.where(grown, state.scale * factor, state.scale),
+        jnp.maximum(state.scale / factor, min_scale),
+    )
     good = jnp.where(finite & ~grown, state.good_steps + 1, 0)
-    return LossScale(scale.astype(jnp.float32), good.astype(jnp.int32), state.skipped + (~finite).astype(jnp.int32))
+    return LossScale(
+        scale.astype(jnp.float32),
+        good.astype(jnp.int32),
+        state.skipped + (~finite).astype(jnp.int32),
+    )
 
 
 class ScaledState(NamedTuple):
@@ -117,13 +136,17 @@ class ScaledState(NamedTuple):
     scale: LossScale
 
 
-def dynamic_scaling(inner, initial: float = 2.0 ** 15, period: int = 2000) -> GradientTransformation:
+def dynamic_scaling(inner, initial: float = 2.0**15, period: int = 2000) -> GradientTransformation:
     """`inner` for loss-scaled gradients: divide them by the scale in this state, and on overflow
     return zero updates with inner's state unchanged; then `adjust` the scale. The training step
     multiplies the loss by `find_states(opt_state, ScaledState)[0].scale.scale` before `grad`."""
+
     def update(grads, state, params=None):
         grads = unscale(state.scale, grads)
         ok = all_finite(grads)
         out, inner_state = update_if(ok, inner, grads, state.inner, params)
         return out, ScaledState(inner_state, adjust(state.scale, ok, period))
-    return GradientTransformation(lambda params: ScaledState(inner.init(params), loss_scale(initial)), update)
+
+    return GradientTransformation(
+        lambda params: ScaledState(inner.init(params), loss_scale(initial)), update
+    )

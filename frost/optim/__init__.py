@@ -3,17 +3,68 @@
 base.py: the protocol (GradientTransformation, chain, apply_updates, masks, hyper-parameters);
 transforms.py: small steps; optimizers.py: named optimizers as chains; schedules.py.
 """
+
 from frost.optim import schedules
-from frost.optim.base import (HYPERPARAMS, EmptyState, GradientTransformation, MaskedNode, MaskedState, PartitionState,
-                              apply_updates, chain, decay_mask, find_states, get_hyperparams, hyperparam, identity,
-                              map_states, masked, partition, set_hyperparams)
+from frost.optim.base import (
+    HYPERPARAMS,
+    EmptyState,
+    GradientTransformation,
+    MaskedNode,
+    MaskedState,
+    PartitionState,
+    apply_updates,
+    chain,
+    decay_mask,
+    find_states,
+    get_hyperparams,
+    hyperparam,
+    identity,
+    map_states,
+    masked,
+    partition,
+    set_hyperparams,
+)
 from frost.optim.optimizers import adam, adamw, lion, muon, sgd, sophia
-from frost.optim.transforms import (AccumulateState, AdamState, EmaState, GuardState, LearningRateState, LionState,
-                                    MuonState, ScheduleState, SophiaState, TraceState, WeightDecayState, accumulate,
-                                    add_decayed_weights, all_finite, clip, clip_by_global_norm, ema_params,
-                                    gauss_newton_bartlett, global_norm, hutchinson, newton_schulz, scale, scale_by_adam,
-                                    scale_by_learning_rate, scale_by_lion, scale_by_muon, scale_by_sophia,
-                                    skip_nonfinite, skipped_steps, trace, update_hessian)
-from frost.optim.schedules import constant, cosine_decay, linear, one_cycle, warmup_cosine, warmup_stable_decay
+from frost.optim.transforms import (
+    AccumulateState,
+    AdamState,
+    EmaState,
+    GuardState,
+    LearningRateState,
+    LionState,
+    MuonState,
+    ScheduleState,
+    SophiaState,
+    TraceState,
+    WeightDecayState,
+    accumulate,
+    add_decayed_weights,
+    all_finite,
+    clip,
+    clip_by_global_norm,
+    ema_params,
+    gauss_newton_bartlett,
+    global_norm,
+    hutchinson,
+    newton_schulz,
+    scale,
+    scale_by_adam,
+    scale_by_learning_rate,
+    scale_by_lion,
+    scale_by_muon,
+    scale_by_sophia,
+    skip_nonfinite,
+    skipped_steps,
+    trace,
+    update_hessian,
+)
+from frost.optim.schedules import (
+    constant,
+    cosine_decay,
+    linear,
+    one_cycle,
+    warmup_cosine,
+    warmup_stable_decay,
+)
 
 __all__ = [name for name in dir() if not name.startswith("_")]

@@ -20,6 +20,7 @@ array, so changing one between steps neither recompiles nor changes the arithmet
 A name that occurs in several partitions (Muon's two learning rates) is qualified by the
 partition label: 'muon/learning_rate', 'adam/learning_rate'.
 """
+
 from collections import Counter
 from typing import Any, Callable, NamedTuple
 
@@ -30,8 +31,8 @@ HYPERPARAMS = ("learning_rate", "weight_decay", "momentum", "b1", "b2")
 
 
 class GradientTransformation(NamedTuple):
-    init: Callable      # params -> state
-    update: Callable    # (updates, state, params=None) -> (updates, state)
+    init: Callable  # params -> state
+    update: Callable  # (updates, state, params=None) -> (updates, state)
 
 
 class EmptyState(NamedTuple):
@@ -57,11 +58,14 @@ def hyperparam(x) -> jax.Array:
 
 def identity() -> GradientTransformation:
     """Updates unchanged, no state (optax.identity)."""
-    return GradientTransformation(lambda params: EmptyState(), lambda updates, state, params=None: (updates, state))
+    return GradientTransformation(
+        lambda params: EmptyState(), lambda updates, state, params=None: (updates, state)
+    )
 
 
 def chain(*transforms) -> GradientTransformation:
     """Apply transforms one after the other; the state is the tuple of their states."""
+
     def init(params):
         return tuple(t.init(params) for t in transforms)
 
@@ -71,14 +75,17 @@ def chain(*transforms) -> GradientTransformation:
             updates, s = t.update(updates, s, params)
             new_state.append(s)
         return updates, tuple(new_state)
+
     return GradientTransformation(init, update)
 
 
 def apply_updates(params, updates):
     """params + updates, added in the wider dtype and returned in each parameter's own dtype."""
+
     def add(p, u):
         wide = p.dtype if p.dtype.itemsize >= u.dtype.itemsize else u.dtype
         return (p.astype(wide) + u.astype(wide)).astype(p.dtype)
+
     return jax.tree.map(add, params, updates)
 
 
@@ -96,6 +103,7 @@ def masked(inner, mask) -> GradientTransformation:
     params -> such a tree. Inner sees the selected leaves only (the others are `MaskedNode`s), so
     its state holds nothing for them and tree-wide steps (global-norm clipping) see only them.
     """
+
     def select(tree, m):
         return jax.tree.map(lambda keep, x: x if keep else MaskedNode(), m, tree)
 
@@ -106,7 +114,10 @@ def masked(inner, mask) -> GradientTransformation:
         m = _resolve(mask, updates)
         chosen = None if params is None else select(params, m)
         new, inner_state = inner.update(select(updates, m), state.inner, chosen)
-        return jax.tree.map(lambda keep, n, u: n if keep else u, m, new, updates), MaskedState(inner_state)
+        return jax.tree.map(lambda keep, n, u: n if keep else u, m, new, updates), MaskedState(
+            inner_state
+        )
+
     return GradientTransformation(init, update)
 
 
@@ -119,19 +130,28 @@ def partition(transforms: dict, labels) -> GradientTransformation:
                   lambda params: jax.tree.map(lambda p: "muon" if p.ndim == 2 else "adam", params))
     """
     # The masks are disjoint, so applying the masked transforms in turn partitions.
-    parts = chain(*(masked(t, lambda tree, k=k: jax.tree.map(lambda lab: lab == k, _resolve(labels, tree)))
-                    for k, t in transforms.items()))
+    parts = chain(
+        *(
+            masked(t, lambda tree, k=k: jax.tree.map(lambda lab: lab == k, _resolve(labels, tree)))
+            for k, t in transforms.items()
+        )
+    )
 
     def init(params):
         unknown = set(jax.tree.leaves(_resolve(labels, params))) - set(transforms)
         if unknown:
-            raise ValueError(f"partition: no transform for label(s) {sorted(unknown)}; "
-                             f"transforms are given for {sorted(transforms)}")
+            raise ValueError(
+                f"partition: no transform for label(s) {sorted(unknown)}; "
+                f"transforms are given for {sorted(transforms)}"
+            )
         return PartitionState(dict(zip(transforms, parts.init(params))))
 
     def update(updates, state, params=None):
-        updates, states = parts.update(updates, tuple(state.inner_states[k] for k in transforms), params)
+        updates, states = parts.update(
+            updates, tuple(state.inner_states[k] for k in transforms), params
+        )
         return updates, PartitionState(dict(zip(transforms, states)))
+
     return GradientTransformation(init, update)
 
 
@@ -146,7 +166,9 @@ def map_states(fn, state, prefix: str = ""):
 
     Children are rebuilt first; `prefix` is the partition labels above `s` ("muon/")."""
     if isinstance(state, PartitionState):
-        return PartitionState({k: map_states(fn, s, f"{prefix}{k}/") for k, s in state.inner_states.items()})
+        return PartitionState(
+            {k: map_states(fn, s, f"{prefix}{k}/") for k, s in state.inner_states.items()}
+        )
     if isinstance(state, tuple) and hasattr(state, "_fields"):
         return fn(type(state)(*(map_states(fn, s, prefix) for s in state)), prefix)
     if isinstance(state, (tuple, list)):
@@ -163,6 +185,7 @@ def _named_states(state) -> list:
     def visit(s, prefix):
         found.append((s, prefix))
         return s
+
     map_states(visit, state)
     return found
 
@@ -174,41 +197,54 @@ def find_states(state, cls) -> list:
 
 def _hyper_keys(state) -> dict:
     """{(prefix, field name): key} for every hyper-parameter; a key is qualified only where ambiguous."""
-    found = [(prefix, n) for s, prefix in _named_states(state) for n in s._fields if n in HYPERPARAMS]
+    found = [
+        (prefix, n) for s, prefix in _named_states(state) for n in s._fields if n in HYPERPARAMS
+    ]
     counts = Counter(n for _, n in found)
     keys = {(p, n): n if counts[n] == 1 else p + n for p, n in found}
     if len(set(keys.values())) < len(found):
-        raise ValueError(f"hyper-parameter names clash in this state: {[p + n for p, n in found]}; "
-                         "put the transforms that share a name in different partition()s")
+        raise ValueError(
+            f"hyper-parameter names clash in this state: {[p + n for p, n in found]}; "
+            "put the transforms that share a name in different partition()s"
+        )
     return keys
 
 
 def get_hyperparams(state) -> dict:
     """{name: float32 scalar} of every hyper-parameter stored in an optimizer state."""
     keys = _hyper_keys(state)
-    return {keys[prefix, n]: getattr(s, n) for s, prefix in _named_states(state) for n in s._fields
-            if (prefix, n) in keys}
+    return {
+        keys[prefix, n]: getattr(s, n)
+        for s, prefix in _named_states(state)
+        for n in s._fields
+        if (prefix, n) in keys
+    }
 
 
 def set_hyperparams(state, **values):
     """A copy of `state` with some hyper-parameters replaced (same dtype and shape: no recompile).
 
-        state = set_hyperparams(state, learning_rate=1e-4, weight_decay=0.0)
-        state = set_hyperparams(state, **{"muon/learning_rate": 0.01})
+    state = set_hyperparams(state, learning_rate=1e-4, weight_decay=0.0)
+    state = set_hyperparams(state, **{"muon/learning_rate": 0.01})
     """
     keys = _hyper_keys(state)
     unknown = set(values) - set(keys.values())
     if unknown:
-        raise KeyError(f"no hyper-parameter(s) {sorted(unknown)} in this optimizer state; "
-                       f"it has {sorted(keys.values())}")
+        raise KeyError(
+            f"no hyper-parameter(s) {sorted(unknown)} in this optimizer state; "
+            f"it has {sorted(keys.values())}"
+        )
 
     def replace(s, prefix):
         changes = {n: values[keys[prefix, n]] for n in s._fields if keys.get((prefix, n)) in values}
         for n, v in changes.items():
             if n in getattr(type(s), "scheduled", ()):
-                raise ValueError(f"{keys[prefix, n]} follows a schedule (a function of the step count); build "
-                                 "the optimizer with another schedule, or with a float to set it by hand")
+                raise ValueError(
+                    f"{keys[prefix, n]} follows a schedule (a function of the step count); build "
+                    "the optimizer with another schedule, or with a float to set it by hand"
+                )
             if jnp.shape(v) != ():
                 raise ValueError(f"{keys[prefix, n]} must be a scalar, got shape {jnp.shape(v)}")
         return s._replace(**{n: jnp.asarray(v, getattr(s, n).dtype) for n, v in changes.items()})
+
     return map_states(replace, state)

@@ -9,11 +9,19 @@ decays only matrices). A weight decay or momentum of 0 builds no transform and n
 rule), so `sgd(0.1).update(grads, state)` needs no params; to change such a value between steps,
 build with a non-zero one. `state_dtype` sets the moments' dtype (default: at least float32).
 """
+
 import jax
 
 from frost.optim.base import GradientTransformation, chain, identity, partition
-from frost.optim.transforms import (add_decayed_weights as _decay, scale_by_adam, scale_by_learning_rate, scale_by_lion,
-                                    scale_by_muon, scale_by_sophia, trace)
+from frost.optim.transforms import (
+    add_decayed_weights as _decay,
+    scale_by_adam,
+    scale_by_learning_rate,
+    scale_by_lion,
+    scale_by_muon,
+    scale_by_sophia,
+    trace,
+)
 
 
 def add_decayed_weights(weight_decay, mask):
@@ -21,53 +29,99 @@ def add_decayed_weights(weight_decay, mask):
     return _decay(weight_decay, mask) if weight_decay else identity()
 
 
-def sgd(learning_rate, momentum: float = 0.0, nesterov: bool = False, weight_decay: float = 0.0,
-        mask=None, state_dtype=None) -> GradientTransformation:
+def sgd(
+    learning_rate,
+    momentum: float = 0.0,
+    nesterov: bool = False,
+    weight_decay: float = 0.0,
+    mask=None,
+    state_dtype=None,
+) -> GradientTransformation:
     """Stochastic gradient descent with momentum, as torch.optim.SGD (Nesterov: Sutskever et al. 2013).
 
-        d = g + λθ;   b <- momentum·b + d;   θ <- θ - η·(d + momentum·b if nesterov else b)
+    d = g + λθ;   b <- momentum·b + d;   θ <- θ - η·(d + momentum·b if nesterov else b)
     """
-    return chain(add_decayed_weights(weight_decay, mask),
-                 trace(momentum, nesterov, state_dtype) if momentum else identity(),
-                 scale_by_learning_rate(learning_rate))
+    return chain(
+        add_decayed_weights(weight_decay, mask),
+        trace(momentum, nesterov, state_dtype) if momentum else identity(),
+        scale_by_learning_rate(learning_rate),
+    )
 
 
-def adam(learning_rate, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, weight_decay: float = 0.0,
-         mask=None, state_dtype=None) -> GradientTransformation:
+def adam(
+    learning_rate,
+    b1: float = 0.9,
+    b2: float = 0.999,
+    eps: float = 1e-8,
+    weight_decay: float = 0.0,
+    mask=None,
+    state_dtype=None,
+) -> GradientTransformation:
     """Adam (Kingma & Ba 2015, "Adam: A Method for Stochastic Optimization"), with L2 weight decay
     added to the gradient as torch.optim.Adam does:
 
         d = g + λθ;  m <- b1·m + (1-b1)·d;  v <- b2·v + (1-b2)·d²;
         θ <- θ - η·(m/(1-b1^t)) / (sqrt(v/(1-b2^t)) + eps)
     """
-    return chain(add_decayed_weights(weight_decay, mask), scale_by_adam(b1, b2, eps, state_dtype=state_dtype),
-                 scale_by_learning_rate(learning_rate))
+    return chain(
+        add_decayed_weights(weight_decay, mask),
+        scale_by_adam(b1, b2, eps, state_dtype=state_dtype),
+        scale_by_learning_rate(learning_rate),
+    )
 
 
-def adamw(learning_rate, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, weight_decay: float = 1e-4,
-          mask=None, state_dtype=None) -> GradientTransformation:
+def adamw(
+    learning_rate,
+    b1: float = 0.9,
+    b2: float = 0.999,
+    eps: float = 1e-8,
+    weight_decay: float = 1e-4,
+    mask=None,
+    state_dtype=None,
+) -> GradientTransformation:
     """AdamW (Loshchilov & Hutter 2019, "Decoupled Weight Decay Regularization"):
 
         m, v as in Adam on g;   θ <- θ - η·(m̂ / (sqrt(v̂) + eps) + λθ)
 
     The decay is multiplied by η, as in torch.optim.AdamW and optax.adamw.
     """
-    return chain(scale_by_adam(b1, b2, eps, state_dtype=state_dtype), add_decayed_weights(weight_decay, mask),
-                 scale_by_learning_rate(learning_rate))
+    return chain(
+        scale_by_adam(b1, b2, eps, state_dtype=state_dtype),
+        add_decayed_weights(weight_decay, mask),
+        scale_by_learning_rate(learning_rate),
+    )
 
 
-def lion(learning_rate, b1: float = 0.9, b2: float = 0.99, weight_decay: float = 1e-3,
-         mask=None, state_dtype=None) -> GradientTransformation:
+def lion(
+    learning_rate,
+    b1: float = 0.9,
+    b2: float = 0.99,
+    weight_decay: float = 1e-3,
+    mask=None,
+    state_dtype=None,
+) -> GradientTransformation:
     """Lion (Chen et al. 2023, "Symbolic Discovery of Optimization Algorithms"):
 
-        θ <- θ - η·(sign(b1·m + (1-b1)·g) + λθ);   m <- b2·m + (1-b2)·g
+    θ <- θ - η·(sign(b1·m + (1-b1)·g) + λθ);   m <- b2·m + (1-b2)·g
     """
-    return chain(scale_by_lion(b1, b2, state_dtype), add_decayed_weights(weight_decay, mask),
-                 scale_by_learning_rate(learning_rate))
+    return chain(
+        scale_by_lion(b1, b2, state_dtype),
+        add_decayed_weights(weight_decay, mask),
+        scale_by_learning_rate(learning_rate),
+    )
 
 
-def sophia(learning_rate, b1: float = 0.965, b2: float = 0.99, gamma: float = 0.01, eps: float = 1e-12,
-           weight_decay: float = 0.1, interval: int = 10, mask=None, state_dtype=None) -> GradientTransformation:
+def sophia(
+    learning_rate,
+    b1: float = 0.965,
+    b2: float = 0.99,
+    gamma: float = 0.01,
+    eps: float = 1e-12,
+    weight_decay: float = 0.1,
+    interval: int = 10,
+    mask=None,
+    state_dtype=None,
+) -> GradientTransformation:
     """Sophia (Liu et al. 2023, "Sophia: A Scalable Stochastic Second-order Optimizer for Language
     Model Pre-training", Algorithm 3):
 
@@ -81,13 +135,28 @@ def sophia(learning_rate, b1: float = 0.965, b2: float = 0.99, gamma: float = 0.
 
     (update_hessian evaluates the estimate only on refresh steps; `hutchinson` is Sophia-H.)
     """
-    return chain(scale_by_sophia(b1, b2, gamma, eps, interval, state_dtype), add_decayed_weights(weight_decay, mask),
-                 scale_by_learning_rate(learning_rate))
+    return chain(
+        scale_by_sophia(b1, b2, gamma, eps, interval, state_dtype),
+        add_decayed_weights(weight_decay, mask),
+        scale_by_learning_rate(learning_rate),
+    )
 
 
-def muon(learning_rate, momentum: float = 0.95, nesterov: bool = True, ns_steps: int = 5, weight_decay: float = 0.0,
-         mask=None, labels=None, adam_learning_rate=None, adam_b1: float = 0.9, adam_b2: float = 0.999,
-         adam_eps: float = 1e-8, adam_weight_decay: float = 0.0, state_dtype=None) -> GradientTransformation:
+def muon(
+    learning_rate,
+    momentum: float = 0.95,
+    nesterov: bool = True,
+    ns_steps: int = 5,
+    weight_decay: float = 0.0,
+    mask=None,
+    labels=None,
+    adam_learning_rate=None,
+    adam_b1: float = 0.9,
+    adam_b2: float = 0.999,
+    adam_eps: float = 1e-8,
+    adam_weight_decay: float = 0.0,
+    state_dtype=None,
+) -> GradientTransformation:
     """Muon (Jordan et al. 2024, "Muon: An optimizer for hidden layers in neural networks"), for
     each 2-D weight W (in, out); every other leaf (biases, norm scales, conv kernels) gets AdamW:
 
@@ -98,9 +167,25 @@ def muon(learning_rate, momentum: float = 0.95, nesterov: bool = True, ns_steps:
     rank rule, e.g. to send embeddings and the output head to AdamW as Jordan recommends.
     Hyper-parameters are qualified by part: 'muon/learning_rate', 'adam/learning_rate', ...
     """
-    labels = labels or (lambda params: jax.tree.map(lambda p: "muon" if p.ndim == 2 else "adam", params))
-    return partition({
-        "muon": chain(scale_by_muon(momentum, nesterov, ns_steps, state_dtype), add_decayed_weights(weight_decay, mask),
-                      scale_by_learning_rate(learning_rate)),
-        "adam": adamw(learning_rate if adam_learning_rate is None else adam_learning_rate, adam_b1, adam_b2,
-                      adam_eps, adam_weight_decay, mask, state_dtype)}, labels)
+    labels = labels or (
+        lambda params: jax.tree.map(lambda p: "muon" if p.ndim == 2 else "adam", params)
+    )
+    return partition(
+        {
+            "muon": chain(
+                scale_by_muon(momentum, nesterov, ns_steps, state_dtype),
+                add_decayed_weights(weight_decay, mask),
+                scale_by_learning_rate(learning_rate),
+            ),
+            "adam": adamw(
+                learning_rate if adam_learning_rate is None else adam_learning_rate,
+                adam_b1,
+                adam_b2,
+                adam_eps,
+                adam_weight_decay,
+                mask,
+                state_dtype,
+            ),
+        },
+        labels,
+    )

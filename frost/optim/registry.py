@@ -11,6 +11,7 @@ current directory first) and follows the same signature; an optax optimizer work
 estimator the training step feeds it (Liu et al. 2023: Sophia-G uses Gauss-Newton-Bartlett,
 Sophia-H Hutchinson).
 """
+
 import functools
 import importlib
 import sys
@@ -21,13 +22,21 @@ from frost.optim import optimizers as o
 
 
 class Entry(NamedTuple):
-    make: Callable          # (learning_rate, **hyperparams) -> GradientTransformation
+    make: Callable  # (learning_rate, **hyperparams) -> GradientTransformation
     hessian: str | None = None
 
 
-OPTIMIZERS = {"sgd": Entry(functools.partial(o.sgd, momentum=0.9, nesterov=True)),  # with Nesterov momentum 0.9
-              "adam": Entry(o.adam), "adamw": Entry(o.adamw), "lion": Entry(o.lion), "sophia": Entry(o.sophia, "gnb"),
-              "sophia-h": Entry(o.sophia, "hutchinson"), "muon": Entry(o.muon)}
+OPTIMIZERS = {
+    "sgd": Entry(
+        functools.partial(o.sgd, momentum=0.9, nesterov=True)
+    ),  # with Nesterov momentum 0.9
+    "adam": Entry(o.adam),
+    "adamw": Entry(o.adamw),
+    "lion": Entry(o.lion),
+    "sophia": Entry(o.sophia, "gnb"),
+    "sophia-h": Entry(o.sophia, "hutchinson"),
+    "muon": Entry(o.muon),
+}
 
 
 def resolve(name: str) -> Entry:
@@ -36,14 +45,18 @@ def resolve(name: str) -> Entry:
         return OPTIMIZERS[name]
     module, _, function = name.partition(":")
     if not (module and function):
-        raise UsageError(f"--optimizer {name!r}: choose one of {', '.join(OPTIMIZERS)}, or MODULE:FUNCTION "
-                         "for your own make(learning_rate, **hyperparams)")
+        raise UsageError(
+            f"--optimizer {name!r}: choose one of {', '.join(OPTIMIZERS)}, or MODULE:FUNCTION "
+            "for your own make(learning_rate, **hyperparams)"
+        )
     if "" not in sys.path:
         sys.path.insert(0, "")
     try:
         make = getattr(importlib.import_module(module), function)
     except (ImportError, AttributeError) as e:
-        raise UsageError(f"--optimizer {name!r}: cannot import it ({type(e).__name__}: {e})") from None
+        raise UsageError(
+            f"--optimizer {name!r}: cannot import it ({type(e).__name__}: {e})"
+        ) from None
     if not callable(make):
         raise UsageError(f"--optimizer {name!r}: {function} is not a function")
     return Entry(make)
@@ -57,6 +70,8 @@ def build(name: str, learning_rate, **hyperparams):
     except (TypeError, ValueError) as e:
         raise UsageError(f"--optimizer {name!r}: {e}") from None
     if not (callable(getattr(opt, "init", None)) and callable(getattr(opt, "update", None))):
-        raise UsageError(f"--optimizer {name!r} returned {type(opt).__name__}, not a GradientTransformation "
-                         "(an object with init and update)")
+        raise UsageError(
+            f"--optimizer {name!r} returned {type(opt).__name__}, not a GradientTransformation "
+            "(an object with init and update)"
+        )
     return opt

@@ -8,6 +8,7 @@ from the start of the decay; `warmup_cosine`'s decay_steps includes the warmup, 
                                                            (100) -> 3e-4
                                                           (1000) -> 0.0
 """
+
 import jax.numpy as jnp
 
 
@@ -46,28 +47,56 @@ def cosine_decay(init_value: float, decay_steps: int, alpha: float = 0.0):
     return lambda step: init_value * ((1 - alpha) * _cos(_ramp(step, 0, decay_steps)) + alpha)
 
 
-def warmup_cosine(peak_value: float, warmup_steps: int, decay_steps: int, init_value: float = 0.0,
-                  end_value: float = 0.0):
+def warmup_cosine(
+    peak_value: float,
+    warmup_steps: int,
+    decay_steps: int,
+    init_value: float = 0.0,
+    end_value: float = 0.0,
+):
     """Linear warmup init_value -> peak_value, then cosine to end_value at step decay_steps
     (optax.warmup_cosine_decay_schedule)."""
-    return _switch(warmup_steps, linear(init_value, peak_value, warmup_steps),
-                   _cosine(peak_value, end_value, decay_steps - warmup_steps, warmup_steps))
+    return _switch(
+        warmup_steps,
+        linear(init_value, peak_value, warmup_steps),
+        _cosine(peak_value, end_value, decay_steps - warmup_steps, warmup_steps),
+    )
 
 
-def one_cycle(total_steps: int, peak_value: float, pct_start: float = 0.3, div_factor: float = 25.0,
-              final_div_factor: float = 1e4):
+def one_cycle(
+    total_steps: int,
+    peak_value: float,
+    pct_start: float = 0.3,
+    div_factor: float = 25.0,
+    final_div_factor: float = 1e4,
+):
     """Smith & Topin 2017: cosine up from peak/div_factor to peak over pct_start of the run, then
     cosine down to peak/(div_factor·final_div_factor) (optax.cosine_onecycle_schedule, torch OneCycleLR)."""
-    init, end, up = peak_value / div_factor, peak_value / (div_factor * final_div_factor), int(pct_start * total_steps)
-    return _switch(up, _cosine(init, peak_value, up), _cosine(peak_value, end, total_steps - up, up))
+    init, end, up = (
+        peak_value / div_factor,
+        peak_value / (div_factor * final_div_factor),
+        int(pct_start * total_steps),
+    )
+    return _switch(
+        up, _cosine(init, peak_value, up), _cosine(peak_value, end, total_steps - up, up)
+    )
 
 
-def warmup_stable_decay(peak_value: float, warmup_steps: int, stable_steps: int, decay_steps: int,
-                        init_value: float = 0.0, end_value: float = 0.0):
+def warmup_stable_decay(
+    peak_value: float,
+    warmup_steps: int,
+    stable_steps: int,
+    decay_steps: int,
+    init_value: float = 0.0,
+    end_value: float = 0.0,
+):
     """Warmup-stable-decay (Hu et al. 2024, MiniCPM): linear warmup to peak_value, hold it for
     stable_steps, then decay linearly to end_value over decay_steps, and stay there.
 
         warmup_stable_decay(1.0, 2, 3, 2)(0..8) -> 0, .5, 1, 1, 1, 1, .5, 0, 0
     """
-    return _switch(warmup_steps, linear(init_value, peak_value, warmup_steps),
-                   linear(peak_value, end_value, decay_steps, warmup_steps + stable_steps))
+    return _switch(
+        warmup_steps,
+        linear(init_value, peak_value, warmup_steps),
+        linear(peak_value, end_value, decay_steps, warmup_steps + stable_steps),
+    )

@@ -9,13 +9,21 @@ bfloat16 gradient is cast up to its buffer's dtype, the rule runs there, and the
 back, so bfloat16 parameters train with float32 moments and still get bfloat16 updates.
 Tests run with strict dtype promotion, so every mixed-dtype operation is an explicit cast.
 """
+
 from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
-from frost.optim.base import (EmptyState, GradientTransformation, MaskedNode, find_states, hyperparam, map_states,
-                              masked)
+from frost.optim.base import (
+    EmptyState,
+    GradientTransformation,
+    MaskedNode,
+    find_states,
+    hyperparam,
+    map_states,
+    masked,
+)
 
 Updates = Any  # a tree shaped like the params
 
@@ -27,23 +35,30 @@ def _cast(h, x):
 def _zeros(tree, dtype=None):
     """A state buffer shaped like `tree`: in `dtype`, else in the leaf's dtype but at least float32
     (so bfloat16 parameters get float32 moments; pass state_dtype=jnp.bfloat16 to halve them)."""
-    return jax.tree.map(lambda p: jnp.zeros(p.shape, dtype or (p.dtype if p.dtype.itemsize >= 4 else jnp.float32)), tree)
+    return jax.tree.map(
+        lambda p: jnp.zeros(p.shape, dtype or (p.dtype if p.dtype.itemsize >= 4 else jnp.float32)),
+        tree,
+    )
 
 
 def _lift(rule, u, state, *fields, **changes):
     """Apply a per-array `rule(g, *leaves of the state's fields)` -> (update, *new leaves) to matching
     leaves; return the update tree and `state` with those fields (and `changes`) replaced. g is cast
     to the first field's dtype, and the update back to g's."""
+
     def run(g, *s):
         out = rule(g.astype(s[0].dtype), *s)
         return (out[0].astype(g.dtype), *out[1:])
+
     out = jax.tree.map(run, u, *(getattr(state, f) for f in fields))
     trees = [jax.tree.map(lambda _, o: o[i], u, out) for i in range(len(fields) + 1)]
     return trees[0], state._replace(**dict(zip(fields, trees[1:])), **changes)
 
 
 def _stateless(fn) -> GradientTransformation:
-    return GradientTransformation(lambda params: EmptyState(), lambda updates, state, params=None: (fn(updates), state))
+    return GradientTransformation(
+        lambda params: EmptyState(), lambda updates, state, params=None: (fn(updates), state)
+    )
 
 
 def _need_params(name, params):
@@ -53,7 +68,9 @@ def _need_params(name, params):
 
 def all_finite(tree) -> jax.Array:
     """A boolean scalar: True when no leaf of `tree` holds a NaN or an Inf."""
-    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)] or [jnp.array(True)]))
+    return jnp.all(
+        jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)] or [jnp.array(True)])
+    )
 
 
 def global_norm(tree) -> jax.Array:
@@ -63,6 +80,7 @@ def global_norm(tree) -> jax.Array:
 
 
 # --- scaling and clipping -------------------------------------------------------------------
+
 
 def scale(factor: float) -> GradientTransformation:
     """u -> factor * u."""
@@ -87,13 +105,19 @@ def scale_by_learning_rate(learning_rate) -> GradientTransformation:
     """u -> -learning_rate * u (descent). A float is stored in the state, where set_hyperparams
     can change it; a schedule (step -> value, see schedules.py) is evaluated at the step count."""
     if callable(learning_rate):
+
         def update(u, state, params=None):
             lr = hyperparam(learning_rate(state.count))
             return _descend(u, lr), ScheduleState(state.count + 1, lr)
+
         return GradientTransformation(
-            lambda params: ScheduleState(jnp.zeros([], jnp.int32), hyperparam(learning_rate(0))), update)
-    return GradientTransformation(lambda params: LearningRateState(hyperparam(learning_rate)),
-                                  lambda u, state, params=None: (_descend(u, state.learning_rate), state))
+            lambda params: ScheduleState(jnp.zeros([], jnp.int32), hyperparam(learning_rate(0))),
+            update,
+        )
+    return GradientTransformation(
+        lambda params: LearningRateState(hyperparam(learning_rate)),
+        lambda u, state, params=None: (_descend(u, state.learning_rate), state),
+    )
 
 
 def clip(max_delta: float) -> GradientTransformation:
@@ -103,9 +127,13 @@ def clip(max_delta: float) -> GradientTransformation:
 
 def clip_by_global_norm(max_norm: float) -> GradientTransformation:
     """Rescale u to norm max_norm when its global norm is larger (Pascanu et al. 2013)."""
+
     def fn(u):
         norm = global_norm(u)
-        return jax.tree.map(lambda x: jnp.where(norm < max_norm, x, x / _cast(norm, x) * max_norm), u)
+        return jax.tree.map(
+            lambda x: jnp.where(norm < max_norm, x, x / _cast(norm, x) * max_norm), u
+        )
+
     return _stateless(fn)
 
 
@@ -118,30 +146,42 @@ def add_decayed_weights(weight_decay: float = 0.0, mask=None) -> GradientTransfo
 
     Before an adaptive scaling this is L2 regularisation (torch.optim.Adam's weight_decay); after
     it and before the learning rate it is decoupled weight decay (Loshchilov & Hutter 2019)."""
+
     def update(u, state, params=None):
         _need_params("add_decayed_weights", params)
-        return jax.tree.map(lambda g, p: g + _cast(state.weight_decay, g) * p.astype(g.dtype), u, params), state
+        return jax.tree.map(
+            lambda g, p: g + _cast(state.weight_decay, g) * p.astype(g.dtype), u, params
+        ), state
+
     tx = GradientTransformation(lambda params: WeightDecayState(hyperparam(weight_decay)), update)
     return tx if mask is None else masked(tx, mask)
 
 
 # --- momentum and adaptive scalings ---------------------------------------------------------
 
+
 class TraceState(NamedTuple):
     trace: Updates
     momentum: jax.Array
 
 
-def trace(momentum: float = 0.9, nesterov: bool = False, state_dtype=None) -> GradientTransformation:
+def trace(
+    momentum: float = 0.9, nesterov: bool = False, state_dtype=None
+) -> GradientTransformation:
     """Momentum as torch.optim.SGD: t <- g + momentum * t; output t, or with Nesterov momentum
     (Sutskever et al. 2013) g + momentum * t."""
+
     def update(u, state, params=None):
         def rule(g, t):
             mom = _cast(state.momentum, g)
             t = g + mom * t
             return (g + mom * t if nesterov else t), t
+
         return _lift(rule, u, state, "trace")
-    return GradientTransformation(lambda params: TraceState(_zeros(params, state_dtype), hyperparam(momentum)), update)
+
+    return GradientTransformation(
+        lambda params: TraceState(_zeros(params, state_dtype), hyperparam(momentum)), update
+    )
 
 
 class AdamState(NamedTuple):
@@ -152,24 +192,36 @@ class AdamState(NamedTuple):
     b2: jax.Array
 
 
-def scale_by_adam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, eps_root: float = 0.0,
-                  state_dtype=None) -> GradientTransformation:
+def scale_by_adam(
+    b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, eps_root: float = 0.0, state_dtype=None
+) -> GradientTransformation:
     """Adam (Kingma & Ba 2015): m <- b1 m + (1-b1) g;  v <- b2 v + (1-b2) g²;
     u = m̂ / (sqrt(v̂ + eps_root) + eps) with m̂ = m / (1 - b1^t), v̂ = v / (1 - b2^t)."""
+
     def init(params):
-        return AdamState(jnp.zeros([], jnp.int32), _zeros(params, state_dtype), _zeros(params, state_dtype),
-                         hyperparam(b1), hyperparam(b2))
+        return AdamState(
+            jnp.zeros([], jnp.int32),
+            _zeros(params, state_dtype),
+            _zeros(params, state_dtype),
+            hyperparam(b1),
+            hyperparam(b2),
+        )
 
     def update(u, state, params=None):
         t = state.count + 1
-        c1, c2 = 1 - jax.lax.pow(state.b1, t), 1 - jax.lax.pow(state.b2, t)  # bias corrections, in float32
+        c1, c2 = (
+            1 - jax.lax.pow(state.b1, t),
+            1 - jax.lax.pow(state.b2, t),
+        )  # bias corrections, in float32
 
         def rule(g, m, v):
             beta1, beta2 = _cast(state.b1, g), _cast(state.b2, g)
             m = (1 - beta1) * g + beta1 * m
             v = (1 - beta2) * g * g + beta2 * v
             return (m / _cast(c1, m)) / (jnp.sqrt(v / _cast(c2, v) + eps_root) + eps), m, v
+
         return _lift(rule, u, state, "mu", "nu", count=t)
+
     return GradientTransformation(init, update)
 
 
@@ -181,29 +233,41 @@ class LionState(NamedTuple):
 
 def scale_by_lion(b1: float = 0.9, b2: float = 0.99, state_dtype=None) -> GradientTransformation:
     """Lion (Chen et al. 2023): u = sign((1-b1) g + b1 m);  m <- (1-b2) g + b2 m."""
+
     def update(u, state, params=None):
         def rule(g, m):
             beta1, beta2 = _cast(state.b1, g), _cast(state.b2, g)
             return jnp.sign((1 - beta1) * g + beta1 * m), (1 - beta2) * g + beta2 * m
+
         return _lift(rule, u, state, "mu")
-    return GradientTransformation(lambda params: LionState(_zeros(params, state_dtype), hyperparam(b1),
-                                                                    hyperparam(b2)), update)
+
+    return GradientTransformation(
+        lambda params: LionState(_zeros(params, state_dtype), hyperparam(b1), hyperparam(b2)),
+        update,
+    )
 
 
 # --- Sophia ---------------------------------------------------------------------------------
 
+
 class SophiaState(NamedTuple):
-    count: jax.Array     # optimizer steps taken
-    mu: Updates          # EMA of the gradients
-    h: Updates           # EMA of the Hessian-diagonal estimates, refreshed by update_hessian
-    h_step: jax.Array    # the count at which h was last refreshed (-1: never)
+    count: jax.Array  # optimizer steps taken
+    mu: Updates  # EMA of the gradients
+    h: Updates  # EMA of the Hessian-diagonal estimates, refreshed by update_hessian
+    h_step: jax.Array  # the count at which h was last refreshed (-1: never)
     interval: jax.Array  # k: refresh h on steps 0, k, 2k, ...
     b1: jax.Array
     b2: jax.Array
 
 
-def scale_by_sophia(b1: float = 0.965, b2: float = 0.99, gamma: float = 0.01, eps: float = 1e-12,
-                    interval: int = 10, state_dtype=None) -> GradientTransformation:
+def scale_by_sophia(
+    b1: float = 0.965,
+    b2: float = 0.99,
+    gamma: float = 0.01,
+    eps: float = 1e-12,
+    interval: int = 10,
+    state_dtype=None,
+) -> GradientTransformation:
     """Sophia (Liu et al. 2023, Algorithm 3): m <- b1 m + (1-b1) g;  u = clip(m / max(gamma h, eps), -1, 1).
 
     The Hessian EMA h is not computed here: the training step calls `update_hessian` just before
@@ -211,16 +275,30 @@ def scale_by_sophia(b1: float = 0.965, b2: float = 0.99, gamma: float = 0.01, ep
     every k-th step (`interval`) and folds it in as h <- b2 h + (1-b2) ĥ. A step that never calls
     it keeps h = 0, and the update degrades to clip(m / eps) = sign(m), sign descent.
     """
+
     def init(params):
-        return SophiaState(jnp.zeros([], jnp.int32), _zeros(params, state_dtype), _zeros(params, state_dtype),
-                           jnp.array(-1, jnp.int32), jnp.array(interval, jnp.int32), hyperparam(b1), hyperparam(b2))
+        return SophiaState(
+            jnp.zeros([], jnp.int32),
+            _zeros(params, state_dtype),
+            _zeros(params, state_dtype),
+            jnp.array(-1, jnp.int32),
+            jnp.array(interval, jnp.int32),
+            hyperparam(b1),
+            hyperparam(b2),
+        )
 
     def update(u, state, params=None):
         def rule(g, m, h):
             beta1 = _cast(state.b1, g)
             m = (1 - beta1) * g + beta1 * m
-            return jnp.clip(m / jnp.maximum(gamma * h, eps), -1, 1), m, h  # h as it was: update_hessian refreshes it
+            return (
+                jnp.clip(m / jnp.maximum(gamma * h, eps), -1, 1),
+                m,
+                h,
+            )  # h as it was: update_hessian refreshes it
+
         return _lift(rule, u, state, "mu", "h", count=state.count + 1)
+
     return GradientTransformation(init, update)
 
 
@@ -234,7 +312,9 @@ def update_hessian(state, estimate: Callable[[], Any]):
     estimate is dropped and h is kept.
     """
     if not find_states(state, SophiaState):
-        raise ValueError("update_hessian found no Sophia state (scale_by_sophia) in this optimizer state")
+        raise ValueError(
+            "update_hessian found no Sophia state (scale_by_sophia) in this optimizer state"
+        )
 
     def refresh(s, prefix):
         if not isinstance(s, SophiaState):
@@ -243,11 +323,20 @@ def update_hessian(state, estimate: Callable[[], Any]):
         def fold():
             est = estimate()
             ok, b2 = all_finite(est), s.b2
-            new = lambda h, e: h if isinstance(h, MaskedNode) else jnp.where(  # noqa: E731
-                ok, (1 - _cast(b2, h)) * e.astype(h.dtype) + _cast(b2, h) * h, h)
+            new = lambda h, e: (
+                h
+                if isinstance(h, MaskedNode)
+                else jnp.where(  # noqa: E731
+                    ok, (1 - _cast(b2, h)) * e.astype(h.dtype) + _cast(b2, h) * h, h
+                )
+            )
             return jax.tree.map(new, s.h, est, is_leaf=lambda x: isinstance(x, MaskedNode))
+
         due = (s.count % s.interval == 0) & (s.h_step != s.count)
-        return s._replace(h=jax.lax.cond(due, fold, lambda: s.h), h_step=jnp.where(due, s.count, s.h_step))
+        return s._replace(
+            h=jax.lax.cond(due, fold, lambda: s.h), h_step=jnp.where(due, s.count, s.h_step)
+        )
+
     return map_states(refresh, state)
 
 
@@ -270,16 +359,19 @@ def gauss_newton_bartlett(logits_fn: Callable, params, *, key) -> Updates:
     against them over the B predictions, ĥ = B · ∇L̂ ⊙ ∇L̂, whose expectation is the diagonal of
     the Gauss-Newton matrix. `logits_fn(params)` returns logits (..., V); every position counts
     as a prediction (B = tokens in a language model). One forward and one backward pass."""
-    logits, vjp = jax.vjp(logits_fn, params)                                     # (..., V)
-    flat = logits.reshape(-1, logits.shape[-1])                                  # (B, V)
+    logits, vjp = jax.vjp(logits_fn, params)  # (..., V)
+    flat = logits.reshape(-1, logits.shape[-1])  # (B, V)
     batch = flat.shape[0]
-    y = jax.random.categorical(key, flat)                                        # (B,)
-    dlogits = (jax.nn.softmax(flat) - jax.nn.one_hot(y, flat.shape[-1], dtype=flat.dtype)) / batch  # dL̂/dlogits
+    y = jax.random.categorical(key, flat)  # (B,)
+    dlogits = (
+        jax.nn.softmax(flat) - jax.nn.one_hot(y, flat.shape[-1], dtype=flat.dtype)
+    ) / batch  # dL̂/dlogits
     (grads,) = vjp(dlogits.reshape(logits.shape))
     return jax.tree.map(lambda g: batch * g * g, grads)
 
 
 # --- Muon -----------------------------------------------------------------------------------
+
 
 class MuonState(NamedTuple):
     mu: Updates
@@ -292,36 +384,45 @@ def newton_schulz(x, steps: int = 5, eps: float = 1e-7):
     singular values land in about [0.7, 1.2] rather than at 1, which trains as well."""
     a, b, c = 3.4445, -4.7750, 2.0315
     tall = x.shape[0] > x.shape[1]
-    x = x.T if tall else x                   # (m, n), m <= n: the Gram matrix A is the smaller one
-    x = x / (jnp.linalg.norm(x) + eps)       # Frobenius norm >= spectral norm: singular values <= 1
+    x = x.T if tall else x  # (m, n), m <= n: the Gram matrix A is the smaller one
+    x = x / (jnp.linalg.norm(x) + eps)  # Frobenius norm >= spectral norm: singular values <= 1
     for _ in range(steps):
-        gram = x @ x.T                       # (m, m)
+        gram = x @ x.T  # (m, m)
         x = a * x + (b * gram + c * gram @ gram) @ x
     return x.T if tall else x
 
 
-def scale_by_muon(momentum: float = 0.95, nesterov: bool = True, ns_steps: int = 5,
-                  state_dtype=None) -> GradientTransformation:
+def scale_by_muon(
+    momentum: float = 0.95, nesterov: bool = True, ns_steps: int = 5, state_dtype=None
+) -> GradientTransformation:
     """Muon (Jordan et al. 2024) for 2-D weights W (in, out):
     m <- momentum m + (1-momentum) g;  v = momentum m + (1-momentum) g if nesterov else m;
     u = newton_schulz(v) * sqrt(max(1, out / in))."""
+
     def update(u, state, params=None):
         def rule(g, m):
             if g.ndim != 2:
-                raise ValueError(f"scale_by_muon orthogonalises matrices, got a leaf of shape {g.shape}; use "
-                                 "muon(), which sends the other leaves to AdamW, or partition()/masked()")
+                raise ValueError(
+                    f"scale_by_muon orthogonalises matrices, got a leaf of shape {g.shape}; use "
+                    "muon(), which sends the other leaves to AdamW, or partition()/masked()"
+                )
             mom = _cast(state.momentum, g)
             m = mom * m + (1 - mom) * g
             v = mom * m + (1 - mom) * g if nesterov else m
             return newton_schulz(v, ns_steps) * max(1.0, g.shape[1] / g.shape[0]) ** 0.5, m
+
         return _lift(rule, u, state, "mu")
-    return GradientTransformation(lambda params: MuonState(_zeros(params, state_dtype), hyperparam(momentum)), update)
+
+    return GradientTransformation(
+        lambda params: MuonState(_zeros(params, state_dtype), hyperparam(momentum)), update
+    )
 
 
 # --- wrappers: parameter EMA, gradient accumulation, the non-finite guard -------------------
 
+
 class EmaState(NamedTuple):
-    ema: Updates         # float32 (or wider) copy of the parameters' moving average
+    ema: Updates  # float32 (or wider) copy of the parameters' moving average
     decay: jax.Array
 
 
@@ -329,9 +430,12 @@ def ema_params(decay: float = 0.999) -> GradientTransformation:
     """Keep an exponential moving average of the parameters after each step (Polyak averaging):
     ema <- decay ema + (1-decay) (params + u). Put it last in a chain; u passes through. Read it
     with `find_states(state, EmaState)[0].ema`; it is kept in float32 for low-precision params."""
+
     def init(params):
-        return EmaState(jax.tree.map(lambda p: p.astype(jnp.float32) if p.dtype.itemsize < 4 else p, params),
-                        hyperparam(decay))
+        return EmaState(
+            jax.tree.map(lambda p: p.astype(jnp.float32) if p.dtype.itemsize < 4 else p, params),
+            hyperparam(decay),
+        )
 
     def update(u, state, params=None):
         _need_params("ema_params", params)
@@ -339,13 +443,15 @@ def ema_params(decay: float = 0.999) -> GradientTransformation:
         def rule(e, p, x):
             d = _cast(state.decay, e)
             return d * e + (1 - d) * (p.astype(e.dtype) + x.astype(e.dtype))
+
         return u, state._replace(ema=jax.tree.map(rule, state.ema, params, u))
+
     return GradientTransformation(init, update)
 
 
 class AccumulateState(NamedTuple):
     inner: Any
-    acc: Updates          # the mean of this window's gradients so far
+    acc: Updates  # the mean of this window's gradients so far
     micro_step: jax.Array  # 0 .. k-1
 
 
@@ -353,17 +459,26 @@ def accumulate(inner, k: int) -> GradientTransformation:
     """Gradient accumulation (as optax.MultiSteps): average the gradients of k micro-steps; on the
     k-th, apply `inner` to the mean and return its updates; before that return zeros (so the
     params stay put) and leave inner's state untouched."""
+
     def init(params):
-        return AccumulateState(inner.init(params), jax.tree.map(jnp.zeros_like, params), jnp.zeros([], jnp.int32))
+        return AccumulateState(
+            inner.init(params), jax.tree.map(jnp.zeros_like, params), jnp.zeros([], jnp.int32)
+        )
 
     def update(u, state, params=None):
         n = state.micro_step
-        acc = jax.tree.map(lambda a, g: a + (g - a) / (n + 1).astype(g.dtype), state.acc, u)  # running mean
+        acc = jax.tree.map(
+            lambda a, g: a + (g - a) / (n + 1).astype(g.dtype), state.acc, u
+        )  # running mean
         emit = n == k - 1
-        out, inner_state = jax.lax.cond(emit, lambda: inner.update(acc, state.inner, params),
-                                        lambda: (jax.tree.map(jnp.zeros_like, acc), state.inner))
+        out, inner_state = jax.lax.cond(
+            emit,
+            lambda: inner.update(acc, state.inner, params),
+            lambda: (jax.tree.map(jnp.zeros_like, acc), state.inner),
+        )
         acc = jax.tree.map(lambda a: jnp.where(emit, jnp.zeros_like(a), a), acc)
         return out, AccumulateState(inner_state, acc, (n + 1) % k)
+
     return GradientTransformation(init, update)
 
 
@@ -378,7 +493,7 @@ def update_if(ok, inner, u, inner_state, params=None):
 
 class GuardState(NamedTuple):
     inner: Any
-    skipped: jax.Array      # steps skipped so far
+    skipped: jax.Array  # steps skipped so far
     consecutive: jax.Array  # steps skipped since the last good one
 
 
@@ -386,6 +501,7 @@ def skip_nonfinite(inner) -> GradientTransformation:
     """Skip every step whose gradients hold a NaN or an Inf: return zero updates, leave inner's
     state exactly as it was, and count the skip (see `skipped_steps`). Put it outermost, around
     `accumulate(...)`, so a bad micro-batch is dropped without spoiling the window."""
+
     def init(params):
         return GuardState(inner.init(params), jnp.zeros([], jnp.int32), jnp.zeros([], jnp.int32))
 
@@ -394,6 +510,7 @@ def skip_nonfinite(inner) -> GradientTransformation:
         out, inner_state = update_if(ok, inner, u, state.inner, params)
         bad = (~ok).astype(jnp.int32)
         return out, GuardState(inner_state, state.skipped + bad, (state.consecutive + 1) * bad)
+
     return GradientTransformation(init, update)
 
 
@@ -402,10 +519,14 @@ def skipped_steps(state, max_consecutive: int = 10) -> int:
     steps in a row; otherwise return the number of steps skipped so far."""
     found = find_states(state, GuardState)
     if len(found) != 1:
-        raise ValueError(f"skipped_steps expects one skip_nonfinite(...) in the optimizer, found {len(found)}")
+        raise ValueError(
+            f"skipped_steps expects one skip_nonfinite(...) in the optimizer, found {len(found)}"
+        )
     consecutive, skipped = int(found[0].consecutive), int(found[0].skipped)
     if consecutive >= max_consecutive:
-        raise FloatingPointError(f"the last {consecutive} steps had NaN or Inf gradients and were skipped ({skipped} "
-                                 "skipped in all): training has diverged. Lower the learning rate, add "
-                                 "clip_by_global_norm, or look for NaNs in the data and the loss.")
+        raise FloatingPointError(
+            f"the last {consecutive} steps had NaN or Inf gradients and were skipped ({skipped} "
+            "skipped in all): training has diverged. Lower the learning rate, add "
+            "clip_by_global_norm, or look for NaNs in the data and the loss."
+        )
     return skipped

@@ -22,6 +22,7 @@ How it works
   as a WorkerError carrying the actor's traceback; a killed actor is seen at once through its
   process sentinel and raised; `close` stops and joins every actor.
 """
+
 import collections
 import os
 import pickle
@@ -32,15 +33,23 @@ import numpy as np
 from frost.data.loader import WorkerError, _Layout, _Processes
 
 # A rollout's fields: obs (T + 1, B, *obs_shape) float32, then these (T, B) arrays and their dtypes.
-DTYPES = {"action": np.int32, "logp": np.float32, "reward": np.float32, "done": bool, "ret": np.float32}
+DTYPES = {
+    "action": np.int32,
+    "logp": np.float32,
+    "reward": np.float32,
+    "done": bool,
+    "ret": np.float32,
+}
 FIELDS = ("obs", *DTYPES)
 
 
 def rollout_arrays(obs, steps: int, envs: int) -> dict:
     """Empty arrays of a rollout of `envs` envs whose observations look like `obs`; `ret` holds
     an episode's return at the step it ended."""
-    return {"obs": np.zeros((steps + 1, envs, *np.shape(obs)), np.float32),
-            **{k: np.zeros((steps, envs), dtype) for k, dtype in DTYPES.items()}}
+    return {
+        "obs": np.zeros((steps + 1, envs, *np.shape(obs)), np.float32),
+        **{k: np.zeros((steps, envs), dtype) for k, dtype in DTYPES.items()},
+    }
 
 
 def _act(recv, send, slots, blob):
@@ -49,12 +58,16 @@ def _act(recv, send, slots, blob):
     import jax
 
     from frost.rl.anakin import jit
-    make_env, act, num_envs, b, steps, seed, deterministic = pickle.loads(blob)  # after the line above: imports JAX
+
+    make_env, act, num_envs, b, steps, seed, deterministic = pickle.loads(
+        blob
+    )  # after the line above: imports JAX
 
     @jit
     def policy(net, obs, k, t, ids):  # the keys of (seed, rollout k, step t, env i)
         key = jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), k), t)
         return act(net, obs, jax.vmap(jax.random.fold_in, (None, 0))(key, ids))
+
     envs = None
     while (task := recv()) is not None:
         w, slot, k, version, net = task
@@ -64,9 +77,15 @@ def _act(recv, send, slots, blob):
                 # Deterministic: the policy sees all num_envs rows (its own filled), so that each row's
                 # numbers are the same for any actor count (XLA's CPU dot rounds by batch size).
                 # own: this actor's rows of the policy's batch; ids: the envs of the batch's rows.
-                own, ids = (mine, np.arange(num_envs)) if deterministic else (slice(None), np.arange(num_envs)[mine])
+                own, ids = (
+                    (mine, np.arange(num_envs))
+                    if deterministic
+                    else (slice(None), np.arange(num_envs)[mine])
+                )
                 envs = [make_env() for _ in range(b)]
-                obs = np.stack([env.reset(seed=seed + i)[0] for i, env in enumerate(envs, w * b)]).astype(np.float32)
+                obs = np.stack(
+                    [env.reset(seed=seed + i)[0] for i, env in enumerate(envs, w * b)]
+                ).astype(np.float32)
                 rows = np.zeros((len(ids), *obs.shape[1:]), np.float32)
                 running = np.zeros(b, np.float32)
             out = dict(zip(FIELDS, (x[0] for x in slots[slot])))
@@ -77,7 +96,11 @@ def _act(recv, send, slots, blob):
                 for i, env in enumerate(envs):
                     o, r, terminated, truncated, _ = env.step(int(action[i]))
                     running[i] += r
-                    out["reward"][t, i], out["done"][t, i], out["ret"][t, i] = r, terminated or truncated, running[i]
+                    out["reward"][t, i], out["done"][t, i], out["ret"][t, i] = (
+                        r,
+                        terminated or truncated,
+                        running[i],
+                    )
                     if terminated or truncated:
                         o, running[i] = env.reset()[0], 0.0
                     obs[i] = o
@@ -92,27 +115,44 @@ class Actors:
     """`actors` processes stepping `num_envs` host envs `make_env()` (a picklable callable) in all,
     acting with frost.rl.ppo.act(policy_net, obs (b, ...), keys (b,)) -> (action, logp)."""
 
-    def __init__(self, make_env, num_envs: int, steps: int, actors: int = 2, seed: int = 0,
-                 deterministic: bool = True, depth: int = 2):
+    def __init__(
+        self,
+        make_env,
+        num_envs: int,
+        steps: int,
+        actors: int = 2,
+        seed: int = 0,
+        deterministic: bool = True,
+        depth: int = 2,
+    ):
         if actors < 1 or num_envs % actors:
             raise ValueError(f"num_envs {num_envs} must be a positive multiple of actors {actors}")
         from frost.rl.ppo import act  # pickled (by name) for the actors
+
         probe = make_env()
         obs = np.asarray(probe.reset(seed=seed)[0])
         self.observation_shape, self.num_actions = obs.shape, int(probe.action_space.n)
         getattr(probe, "close", lambda: None)()
         try:
-            blob = pickle.dumps((make_env, act, num_envs, num_envs // actors, steps, seed, deterministic))
+            blob = pickle.dumps(
+                (make_env, act, num_envs, num_envs // actors, steps, seed, deterministic)
+            )
         except Exception as e:
-            e.add_note("frost.rl: the env factory is pickled for the actor processes: use a module-level "
-                       "function or functools.partial, not a lambda")
+            e.add_note(
+                "frost.rl: the env factory is pickled for the actor processes: use a module-level "
+                "function or functools.partial, not a lambda"
+            )
             raise
         self.layout = _Layout(rollout_arrays(obs, steps, num_envs // actors), 1)
         self.actors, self.depth, self.deterministic = actors, depth, deterministic
-        self.pool = _Processes(actors, _act, (blob,), self.layout, actors * depth, None, role="actor")
+        self.pool = _Processes(
+            actors, _act, (blob,), self.layout, actors * depth, None, role="actor"
+        )
         self.free = [collections.deque(range(w * depth, (w + 1) * depth)) for w in range(actors)]
         self.sent = [0] * actors  # rollouts asked of each actor
-        self.arrived = collections.deque()  # (actor, slot, version) of rollouts ready, in arrival order
+        self.arrived = (
+            collections.deque()
+        )  # (actor, slot, version) of rollouts ready, in arrival order
 
     @property
     def pids(self) -> list[int]:
@@ -121,6 +161,7 @@ class Actors:
     def submit(self, policy_net, version: int) -> None:
         """Hand every free slot to its actor for a rollout acted with `policy_net` (parameters `version`)."""
         import jax
+
         net = jax.tree.map(np.asarray, policy_net)
         for w, free in enumerate(self.free):
             while free:
@@ -129,8 +170,10 @@ class Actors:
 
     def _picked(self):
         if not self.deterministic:
-            return list(self.arrived)[:self.actors] if len(self.arrived) >= self.actors else None
-        first = {a[0]: a for a in reversed(self.arrived)}  # each actor's oldest ready rollout (written last)
+            return list(self.arrived)[: self.actors] if len(self.arrived) >= self.actors else None
+        first = {
+            a[0]: a for a in reversed(self.arrived)
+        }  # each actor's oldest ready rollout (written last)
         return [first[w] for w in range(self.actors)] if len(first) == self.actors else None
 
     def collect(self):
@@ -142,7 +185,9 @@ class Actors:
                     raise WorkerError(f"actor {w} failed; its traceback:\n{trace}", traceback=trace)
                 self.arrived.append((w, slot, version))
         parts = [self.layout.pack([x[0] for x in self.pool.slots[slot]]) for _, slot, _ in picked]
-        rollout = {k: np.concatenate([p[k] for p in parts], axis=1) for k in FIELDS}  # copies out of the slots
+        rollout = {
+            k: np.concatenate([p[k] for p in parts], axis=1) for k in FIELDS
+        }  # copies out of the slots
         for w, slot, version in picked:
             self.arrived.remove((w, slot, version))
             self.free[w].append(slot)
@@ -158,11 +203,15 @@ class Actors:
         self.close()
 
 
-def evaluate(make_env, policy, episodes: int = 100, seed: int = 0, max_steps: int = 100_000) -> float:
+def evaluate(
+    make_env, policy, episodes: int = 100, seed: int = 0, max_steps: int = 100_000
+) -> float:
     """Mean return of the first episode of `episodes` host envs under `policy(obs (N, ...)) ->
     actions (N,)`, batched over the envs (seeded from `seed + 10**6`, apart from training's)."""
     envs = [make_env() for _ in range(episodes)]
-    obs = np.stack([env.reset(seed=seed + 10**6 + i)[0] for i, env in enumerate(envs)]).astype(np.float32)
+    obs = np.stack([env.reset(seed=seed + 10**6 + i)[0] for i, env in enumerate(envs)]).astype(
+        np.float32
+    )
     total, alive = np.zeros(episodes), np.ones(episodes, bool)
     for _ in range(max_steps):
         if not alive.any():

@@ -10,6 +10,7 @@ program; seeds are a `vmap` axis, sharded over the devices with frost.parallel.
 so the host sees progress (metrics, a progress bar) between calls while the device never waits
 for it within one. Every leaf of the runner and of the metrics has the seed axis first.
 """
+
 import dataclasses
 import math
 
@@ -24,6 +25,7 @@ from frost import nn, parallel
 class AgentConfig:
     """The hyper-parameters every agent has (frost.rl.dqn's and frost.rl.ppo's `Config` add their
     own; these defaults are DQN's). An iteration of `run` steps each env `num_steps` times."""
+
     num_envs: int = 8
     total_steps: int = 50_000  # env steps per seed
     lr: float = 5e-4
@@ -62,7 +64,9 @@ def mlp(obs_shape, n_out: int, hidden: int, activation, out_scale: float, *, key
     z = jax.random.normal(key, (sum(a * b for a, b in sizes),))
     layers, start = [], 0
     for i, (a, b) in enumerate(sizes):
-        weight = orthogonal(z[start:start + a * b].reshape(a, b), out_scale if i == 2 else math.sqrt(2))
+        weight = orthogonal(
+            z[start : start + a * b].reshape(a, b), out_scale if i == 2 else math.sqrt(2)
+        )
         layers += [nn.Linear(a, b, key=key).replace(weight=weight, bias=jnp.zeros(b)), activation]
         start += a * b
     return nn.Sequential(nn.Flatten(), *layers[:-1])
@@ -71,13 +75,25 @@ def mlp(obs_shape, n_out: int, hidden: int, activation, out_scale: float, *, key
 def episode_metrics(reward, done, running, last):
     """Track returns across rollouts: running (B,) sums of this episode so far, last () the mean
     return of the latest episodes to finish. Returns (running, last, finished episodes)."""
+
     def step(carry, x):
         running, total, count = carry
         r, d = x
         running = running + r
-        return (jnp.where(d, 0.0, running), total + jnp.where(d, running, 0.0).sum(), count + d.sum()), None
-    (running, total, count), _ = lax.scan(step, (running, jnp.zeros(()), jnp.zeros((), jnp.int32)), (reward, done))
-    return running, jnp.where(count > 0, total / jnp.maximum(count, 1).astype(jnp.float32), last), count
+        return (
+            jnp.where(d, 0.0, running),
+            total + jnp.where(d, running, 0.0).sum(),
+            count + d.sum(),
+        ), None
+
+    (running, total, count), _ = lax.scan(
+        step, (running, jnp.zeros(()), jnp.zeros((), jnp.int32)), (reward, done)
+    )
+    return (
+        running,
+        jnp.where(count > 0, total / jnp.maximum(count, 1).astype(jnp.float32), last),
+        count,
+    )
 
 
 def chunk_size(iterations: int, calls: int = 20) -> int:
@@ -89,12 +105,18 @@ def run(init, iteration, seeds, iterations: int, on_chunk=None, chunk: int | Non
     """Train one runner per seed for `iterations` iterations; `on_chunk(runner, metrics, done)`
     after each call, with metrics (seeds, chunk, ...) and `done` iterations so far."""
     chunk = chunk or chunk_size(iterations)
-    devices = jax.devices()[:math.gcd(len(seeds), jax.device_count())]
-    seeded = parallel.batch_sharding(parallel.make_mesh(devices=devices))  # the seed axis split over them
+    devices = jax.devices()[: math.gcd(len(seeds), jax.device_count())]
+    seeded = parallel.batch_sharding(
+        parallel.make_mesh(devices=devices)
+    )  # the seed axis split over them
     keys = jax.device_put(jax.vmap(jax.random.key)(jnp.asarray(seeds, jnp.uint32)), seeded)
     runner = jit(jax.vmap(init), out_shardings=seeded)(keys)
-    step = jit(jax.vmap(lambda r: lax.scan(iteration, r, None, chunk)), in_shardings=seeded, out_shardings=seeded,
-               donate_argnums=0)
+    step = jit(
+        jax.vmap(lambda r: lax.scan(iteration, r, None, chunk)),
+        in_shardings=seeded,
+        out_shardings=seeded,
+        donate_argnums=0,
+    )
     for done in range(chunk, iterations + 1, chunk):
         runner, metrics = step(runner)
         if on_chunk is not None:
@@ -110,8 +132,11 @@ def evaluate(env, policy, key, episodes: int = 100):
 
     def body(carry, key):
         obs, state, total, alive = carry
-        obs, state, reward, done, _ = jax.vmap(env.step)(jax.random.split(key, episodes), state, policy(obs))
+        obs, state, reward, done, _ = jax.vmap(env.step)(
+            jax.random.split(key, episodes), state, policy(obs)
+        )
         return (obs, state, total + jnp.where(alive, reward, 0.0), alive & ~done), None
+
     carry = (obs, state, jnp.zeros(episodes), jnp.ones(episodes, bool))
     (_, _, total, _), _ = lax.scan(body, carry, jax.random.split(run_key, env.eval_steps))
     return total.mean()

@@ -6,6 +6,7 @@ answered at once); the job is frost.rl.run.
     frost rl ppo --env gym:CartPole-v1 --actors 2       # Sebulba: gymnasium envs in 2 actor processes
     frost rl eval runs/rl-ppo-cartpole                  # the checkpoint's policy, 100 episodes a seed
 """
+
 import dataclasses
 import pathlib
 
@@ -15,21 +16,36 @@ JNP_ENVS = ("cartpole", "catch", "breakout")
 
 
 def _env(name):
-    return None if name in JNP_ENVS or name.startswith("gym:") else f"choose {', '.join(JNP_ENVS)} or gym:ID"
+    return (
+        None
+        if name in JNP_ENVS or name.startswith("gym:")
+        else f"choose {', '.join(JNP_ENVS)} or gym:ID"
+    )
 
 
 @dataclasses.dataclass(frozen=True)
 class RunConfig(Checked):
     algo: str = option("ppo", "algorithm", choices=("ppo", "dqn"), cli=False)
-    env: str = option("cartpole", "jnp env (cartpole, catch, breakout) or gym:ID, a gymnasium env", _env)
-    mode: str | None = option(None, "anakin: jnp envs inside the compiled program; sebulba: host envs in actor "
-                              "processes (default: by --env)",
-                              lambda m: None if m in (None, "anakin", "sebulba") else "choose anakin or sebulba")
-    seeds: int = option(1, "seeds, numbered from --seed (anakin trains them in one program)", whole(1))
+    env: str = option(
+        "cartpole", "jnp env (cartpole, catch, breakout) or gym:ID, a gymnasium env", _env
+    )
+    mode: str | None = option(
+        None,
+        "anakin: jnp envs inside the compiled program; sebulba: host envs in actor "
+        "processes (default: by --env)",
+        lambda m: None if m in (None, "anakin", "sebulba") else "choose anakin or sebulba",
+    )
+    seeds: int = option(
+        1, "seeds, numbered from --seed (anakin trains them in one program)", whole(1)
+    )
     seed: int = option(0, "first seed", whole(0))
     actors: int | None = option(None, "sebulba: actor processes (default 2)", optional(whole(1)))
-    steps: int | None = option(None, "env steps per seed (default: the preset of algo and env)", optional(whole(1)))
-    deterministic: bool = option(False, "sebulba: Cleanba's fixed order, losses independent of timing and actors")
+    steps: int | None = option(
+        None, "env steps per seed (default: the preset of algo and env)", optional(whole(1))
+    )
+    deterministic: bool = option(
+        False, "sebulba: Cleanba's fixed order, losses independent of timing and actors"
+    )
     out: str | None = option(None, "run directory, new or empty (default runs/rl-ALGO-ENV)")
 
     def check(self):
@@ -37,33 +53,51 @@ class RunConfig(Checked):
         mode = self.mode or ("sebulba" if host else "anakin")
         object.__setattr__(self, "mode", mode)
         if mode == "anakin" and host:
-            raise UsageError(f"--env {self.env}: a gymnasium env runs on the host; use --mode sebulba")
+            raise UsageError(
+                f"--env {self.env}: a gymnasium env runs on the host; use --mode sebulba"
+            )
         if mode == "sebulba" and not host:
-            raise UsageError(f"--mode sebulba steps host envs: use --env gym:ID (e.g. gym:CartPole-v1), not {self.env}")
+            raise UsageError(
+                f"--mode sebulba steps host envs: use --env gym:ID (e.g. gym:CartPole-v1), not {self.env}"
+            )
         if mode == "sebulba" and self.algo != "ppo":
-            raise UsageError("--mode sebulba: only ppo trains in sebulba mode; dqn runs in anakin mode")
+            raise UsageError(
+                "--mode sebulba: only ppo trains in sebulba mode; dqn runs in anakin mode"
+            )
         if self.actors is not None and mode != "sebulba":
-            raise UsageError(f"--actors {self.actors}: actor processes exist only in --mode sebulba")
+            raise UsageError(
+                f"--actors {self.actors}: actor processes exist only in --mode sebulba"
+            )
         needs("matplotlib", "frost rl (returns.png)", "'frost[plot]'")
         if host:
             needs("gymnasium", f"--env {self.env}", "gymnasium")
             import gymnasium
+
             try:
                 probe = gymnasium.make(self.env[4:])
             except gymnasium.error.Error as e:
-                raise UsageError(f"--env {self.env}: gymnasium cannot make {self.env[4:]!r} ({e})") from None
+                raise UsageError(
+                    f"--env {self.env}: gymnasium cannot make {self.env[4:]!r} ({e})"
+                ) from None
             probe.close()
             if not isinstance(probe.action_space, gymnasium.spaces.Discrete):
-                raise UsageError(f"--env {self.env}: PPO here needs discrete actions, not {probe.action_space}")
+                raise UsageError(
+                    f"--env {self.env}: PPO here needs discrete actions, not {probe.action_space}"
+                )
         out = pathlib.Path(self.out or f"runs/rl-{self.algo}-{self.env.replace(':', '-')}")
         if out.exists() and (not out.is_dir() or any(out.iterdir())):
-            raise UsageError(f"--out {out}: holds another run (or is a file); choose a new or empty folder")
+            raise UsageError(
+                f"--out {out}: holds another run (or is a file); choose a new or empty folder"
+            )
         object.__setattr__(self, "out", str(out))
 
 
 def _train(args):
-    cfg = from_args(RunConfig, args, algo=args.algo)  # a user's mistake is answered before JAX loads
+    cfg = from_args(
+        RunConfig, args, algo=args.algo
+    )  # a user's mistake is answered before JAX loads
     from frost.rl import run
+
     return run.train(cfg)
 
 
@@ -71,18 +105,26 @@ def _eval(args):
     if not (pathlib.Path(args.run_dir) / "checkpoint").is_dir():
         raise UsageError(f"{args.run_dir}: no checkpoint/ here; is it a `frost rl` run directory?")
     from frost.rl import run
+
     return run.evaluate_run(args.run_dir)
 
 
 def add_commands(subparsers) -> None:
-    parser = subparsers.add_parser("rl", help="reinforcement learning: PPO and DQN, Anakin and Sebulba")
+    parser = subparsers.add_parser(
+        "rl", help="reinforcement learning: PPO and DQN, Anakin and Sebulba"
+    )
     parser.set_defaults(run=lambda args: parser.print_help())
     sub = parser.add_subparsers(metavar="ACTION")
     for algo in ("ppo", "dqn"):
-        p = sub.add_parser(algo, help=f"train {algo.upper()}; writes metrics.jsonl, results.json, returns.png, "
-                                      f"checkpoint/ in --out")
+        p = sub.add_parser(
+            algo,
+            help=f"train {algo.upper()}; writes metrics.jsonl, results.json, returns.png, "
+            f"checkpoint/ in --out",
+        )
         add_options(p, [RunConfig])
         p.set_defaults(run=_train, algo=algo)
-    e = sub.add_parser("eval", help="evaluate a run's checkpoint: mean return over 100 episodes per seed")
+    e = sub.add_parser(
+        "eval", help="evaluate a run's checkpoint: mean return over 100 episodes per seed"
+    )
     e.add_argument("run_dir")
     e.set_defaults(run=_eval)

@@ -5,6 +5,7 @@ environments epsilon-greedily, writes their B transitions, and takes one gradien
 uniformly sampled minibatch (once the buffer holds `learning_starts` transitions); every
 `target_every` env steps the target network becomes a copy of the online one.
 """
+
 import dataclasses
 from typing import NamedTuple
 
@@ -18,6 +19,7 @@ from frost.rl.anakin import AgentConfig, episode_metrics, mlp
 @dataclasses.dataclass(frozen=True)
 class Config(AgentConfig):
     """AgentConfig's num_envs, total_steps, lr, gamma and hidden, and DQN's own."""
+
     buffer_size: int = 10_000
     batch_size: int = 64
     eps_start: float = 1.0
@@ -51,13 +53,21 @@ def loss(model, target, batch, cfg: Config):
     diverged, to 1e5 in 100k steps.)"""
     q = model(batch["obs"])  # (N, A)
     q_taken = jnp.take_along_axis(q, batch["action"][:, None], 1)[:, 0]
-    y = targets(model(batch["next_obs"]), target(batch["next_obs"]), batch["reward"], batch["done"], cfg.gamma,
-                cfg.double)
+    y = targets(
+        model(batch["next_obs"]),
+        target(batch["next_obs"]),
+        batch["reward"],
+        batch["done"],
+        cfg.gamma,
+        cfg.double,
+    )
     mse = 0.5 * ((q_taken - jax.lax.stop_gradient(y)) ** 2).mean()
     return mse, {"loss": mse, "q": q_taken.mean()}
 
 
-def epsilon(step, cfg: Config):  # linear from eps_start to eps_end over eps_fraction of the steps, then flat
+def epsilon(
+    step, cfg: Config
+):  # linear from eps_start to eps_end over eps_fraction of the steps, then flat
     return optim.linear(cfg.eps_start, cfg.eps_end, cfg.eps_fraction * cfg.total_steps)(step)
 
 
@@ -82,31 +92,62 @@ def anakin(env, cfg: Config):
         k_model, k_env, key = jax.random.split(key, 3)
         model = q_network(env.observation_shape, env.num_actions, cfg.hidden, key=k_model)
         obs, state = jax.vmap(env.reset)(jax.random.split(k_env, B))
-        shapes = {"obs": (obs.shape[1:], jnp.float32), "action": ((), jnp.int32), "reward": ((), jnp.float32),
-                  "done": ((), bool), "next_obs": (obs.shape[1:], jnp.float32)}
+        shapes = {
+            "obs": (obs.shape[1:], jnp.float32),
+            "action": ((), jnp.int32),
+            "reward": ((), jnp.float32),
+            "done": ((), bool),
+            "next_obs": (obs.shape[1:], jnp.float32),
+        }
         buffer = {k: jnp.zeros((cap, *shape), dtype) for k, (shape, dtype) in shapes.items()}
-        return Runner(model, model, opt.init(model), buffer, obs, state, jnp.zeros(B), jnp.zeros(()), key,
-                      jnp.zeros((), jnp.int32))
+        return Runner(
+            model,
+            model,
+            opt.init(model),
+            buffer,
+            obs,
+            state,
+            jnp.zeros(B),
+            jnp.zeros(()),
+            key,
+            jnp.zeros((), jnp.int32),
+        )
 
     def iteration(r: Runner, _):
         key, k_explore, k_random, k_env, k_batch = jax.random.split(r.key, 5)
         explore = jax.random.uniform(k_explore, (B,)) < epsilon(r.t * B, cfg)
-        action = jnp.where(explore, jax.random.randint(k_random, (B,), 0, env.num_actions, jnp.int32),
-                           greedy(r.model)(r.obs))
-        obs, state, reward, done, _ = jax.vmap(env.step)(jax.random.split(k_env, B), r.env_state, action)
+        action = jnp.where(
+            explore,
+            jax.random.randint(k_random, (B,), 0, env.num_actions, jnp.int32),
+            greedy(r.model)(r.obs),
+        )
+        obs, state, reward, done, _ = jax.vmap(env.step)(
+            jax.random.split(k_env, B), r.env_state, action
+        )
         rows = (r.t * B + jnp.arange(B)) % cap  # the ring's next B rows
         new = {"obs": r.obs, "action": action, "reward": reward, "done": done, "next_obs": obs}
         buffer = {k: r.buffer[k].at[rows].set(new[k]) for k in new}
         steps = (r.t + 1) * B
         picks = jax.random.randint(k_batch, (cfg.batch_size,), 0, jnp.minimum(steps, cap))
-        grads, metrics = jax.grad(loss, has_aux=True)(r.model, r.target, {k: v[picks] for k, v in buffer.items()}, cfg)
+        grads, metrics = jax.grad(loss, has_aux=True)(
+            r.model, r.target, {k: v[picks] for k, v in buffer.items()}, cfg
+        )
         updates, opt_state = opt.update(grads, r.opt_state, r.model)
         # where(c, a, b): tree a where c holds, else tree b (leaf by leaf)
         where = lambda c, a, b: jax.tree.map(lambda x, y: jnp.where(c, x, y), a, b)  # noqa: E731
         learn = steps >= cfg.learning_starts
-        model, opt_state = where(learn, (optim.apply_updates(r.model, updates), opt_state), (r.model, r.opt_state))
-        target = where(steps % cfg.target_every < B, model, r.target)  # a copy every target_every env steps
-        running, last, episodes = episode_metrics(reward[None], done[None], r.running, r.last_return)
+        model, opt_state = where(
+            learn, (optim.apply_updates(r.model, updates), opt_state), (r.model, r.opt_state)
+        )
+        target = where(
+            steps % cfg.target_every < B, model, r.target
+        )  # a copy every target_every env steps
+        running, last, episodes = episode_metrics(
+            reward[None], done[None], r.running, r.last_return
+        )
         r = Runner(model, target, opt_state, buffer, obs, state, running, last, key, r.t + 1)
-        return r, dict(metrics, **{"return": last, "episodes": episodes, "epsilon": epsilon(r.t * B, cfg)})
+        return r, dict(
+            metrics, **{"return": last, "episodes": episodes, "epsilon": epsilon(r.t * B, cfg)}
+        )
+
     return init, iteration

@@ -14,6 +14,7 @@ Each environment is a state NamedTuple and three functions: `init(key) -> state`
 transitions here are deterministic (MinAtar's sticky actions are off), so `step`'s key is the
 reset's alone: splitting it every step would cost about a third of CartPole's step.
 """
+
 import math
 from typing import NamedTuple
 
@@ -36,7 +37,13 @@ class Env:
         state, reward, terminated, truncated = self.transition(state, action)
         done = terminated | truncated
         state = jax.tree.map(lambda fresh, old: jnp.where(done, fresh, old), self.init(key), state)
-        return self.observe(state), state, reward.astype(f32), done, {"terminated": terminated, "truncated": truncated}
+        return (
+            self.observe(state),
+            state,
+            reward.astype(f32),
+            done,
+            {"terminated": terminated, "truncated": truncated},
+        )
 
 
 class CartPoleState(NamedTuple):
@@ -52,23 +59,35 @@ class CartPole(Env):
     Euler step; push left (0) or right (1); reward 1 every step; terminated when |x| > 2.4 or
     |theta| > 12 degrees, truncated after 500 steps; the state starts uniform in (-0.05, 0.05).
     (gymnasium integrates in float64, this in float32.)"""
+
     observation_shape, num_actions, eval_steps = (4,), 2, 500
     gravity, masscart, masspole, length, force_mag, tau = 9.8, 1.0, 0.1, 0.5, 10.0, 0.02
     x_threshold, theta_threshold, max_steps = 2.4, 12 * 2 * math.pi / 360, 500
 
     def init(self, key):
-        return CartPoleState(*jax.random.uniform(key, (4,), f32, -0.05, 0.05), i32(0))  # x, x_dot, theta, theta_dot
+        return CartPoleState(
+            *jax.random.uniform(key, (4,), f32, -0.05, 0.05), i32(0)
+        )  # x, x_dot, theta, theta_dot
 
     def transition(self, s, action):
         total, pole_ml = self.masspole + self.masscart, self.masspole * self.length
         force = jnp.where(action == 1, self.force_mag, -self.force_mag)
         cos, sin = jnp.cos(s.theta), jnp.sin(s.theta)
-        temp = (force + pole_ml * s.theta_dot ** 2 * sin) / total
-        theta_acc = (self.gravity * sin - cos * temp) / (self.length * (4.0 / 3.0 - self.masspole * cos ** 2 / total))
+        temp = (force + pole_ml * s.theta_dot**2 * sin) / total
+        theta_acc = (self.gravity * sin - cos * temp) / (
+            self.length * (4.0 / 3.0 - self.masspole * cos**2 / total)
+        )
         x_acc = temp - pole_ml * theta_acc * cos / total
-        new = CartPoleState(s.x + self.tau * s.x_dot, s.x_dot + self.tau * x_acc, s.theta + self.tau * s.theta_dot,
-                            s.theta_dot + self.tau * theta_acc, s.t + 1)
-        terminated = (jnp.abs(new.x) > self.x_threshold) | (jnp.abs(new.theta) > self.theta_threshold)
+        new = CartPoleState(
+            s.x + self.tau * s.x_dot,
+            s.x_dot + self.tau * x_acc,
+            s.theta + self.tau * s.theta_dot,
+            s.theta_dot + self.tau * theta_acc,
+            s.t + 1,
+        )
+        terminated = (jnp.abs(new.x) > self.x_threshold) | (
+            jnp.abs(new.theta) > self.theta_threshold
+        )
         return new, jnp.ones((), f32), terminated, new.t >= self.max_steps
 
     def observe(self, s):
@@ -87,11 +106,14 @@ class Catch(Env):
     left (0), stays (1) or moves right (2); when the ball reaches the bottom row the episode ends
     with reward +1 if the paddle is under it, else -1. The observation is the board, 1 at the ball
     and at the paddle."""
+
     observation_shape, num_actions, eval_steps = (10, 5), 3, 9
     rows, columns = 10, 5
 
     def init(self, key):
-        return CatchState(jax.random.randint(key, (), 0, self.columns, i32), i32(0), i32(self.columns // 2))
+        return CatchState(
+            jax.random.randint(key, (), 0, self.columns, i32), i32(0), i32(self.columns // 2)
+        )
 
     def transition(self, s, action):
         paddle = jnp.clip(s.paddle_x + action - 1, 0, self.columns - 1)
@@ -123,17 +145,34 @@ class Breakout(Env):
     bricks (+1 each, refilled when all are gone); the episode ends when the paddle misses it.
     Observation (10, 10, 4) NHWC, channels paddle, ball, trail (the ball's last cell), brick.
     MinAtar has no time limit; evaluation stops at 1000 steps."""
+
     observation_shape, num_actions, eval_steps = (10, 10, 4), 3, 1000
-    FLIP_X, FLIP_Y, PADDLE_EDGE = (1, 0, 3, 2), (3, 2, 1, 0), (2, 3, 0, 1)  # new direction per old one
+    FLIP_X, FLIP_Y, PADDLE_EDGE = (
+        (1, 0, 3, 2),
+        (3, 2, 1, 0),
+        (2, 3, 0, 1),
+    )  # new direction per old one
 
     def init(self, key):
-        right = jax.random.randint(key, (), 0, 2, i32)  # start at (0, 3) going down-right or (9, 3) down-left
+        right = jax.random.randint(
+            key, (), 0, 2, i32
+        )  # start at (0, 3) going down-right or (9, 3) down-left
         x, y = 9 * right, i32(3)
-        return BreakoutState(x, y, 2 + right, x, y, i32(4), jnp.zeros((10, 10), bool).at[1:4].set(True),
-                             jnp.zeros((), bool))
+        return BreakoutState(
+            x,
+            y,
+            2 + right,
+            x,
+            y,
+            i32(4),
+            jnp.zeros((10, 10), bool).at[1:4].set(True),
+            jnp.zeros((), bool),
+        )
 
     def transition(self, s, action):
-        flip_x, flip_y, edge = (jnp.array(t, i32) for t in (self.FLIP_X, self.FLIP_Y, self.PADDLE_EDGE))
+        flip_x, flip_y, edge = (
+            jnp.array(t, i32) for t in (self.FLIP_X, self.FLIP_Y, self.PADDLE_EDGE)
+        )
         paddle = jnp.clip(s.paddle + jnp.where(action == 1, -1, jnp.where(action == 2, 1, 0)), 0, 9)
         x = s.ball_x + jnp.array([-1, 1, 1, -1], i32)[s.ball_dir]
         y = s.ball_y + jnp.array([-1, -1, 1, 1], i32)[s.ball_dir]
@@ -143,7 +182,9 @@ class Breakout(Env):
         gain = brick & ~s.strike  # a brick breaks only if the last step broke none
         bottom = ~top & ~brick & (y == 9)
         bricks = s.bricks.at[y, x].set(s.bricks[y, x] & ~gain)
-        bricks = jnp.where(bottom & ~bricks.any(), jnp.zeros((10, 10), bool).at[1:4].set(True), bricks)
+        bricks = jnp.where(
+            bottom & ~bricks.any(), jnp.zeros((10, 10), bool).at[1:4].set(True), bricks
+        )
         centre = bottom & (s.ball_x == paddle)  # straight back up
         side = bottom & ~centre & (x == paddle)  # off the paddle's edge
         d = jnp.where(top | gain | centre, flip_y[d], jnp.where(side, edge[d], d))
@@ -152,8 +193,16 @@ class Breakout(Env):
         return new, gain.astype(f32), bottom & ~centre & ~side, jnp.zeros((), bool)
 
     def observe(self, s):
-        obs = jnp.zeros((10, 10, 4), f32).at[9, s.paddle, 0].set(1.0).at[s.ball_y, s.ball_x, 1].set(1.0)
-        return obs.at[s.last_y, s.last_x, 2].set(1.0).at[:, :, 3].set(s.bricks.astype(f32))  # (10, 10, 4)
+        obs = (
+            jnp.zeros((10, 10, 4), f32)
+            .at[9, s.paddle, 0]
+            .set(1.0)
+            .at[s.ball_y, s.ball_x, 1]
+            .set(1.0)
+        )
+        return (
+            obs.at[s.last_y, s.last_x, 2].set(1.0).at[:, :, 3].set(s.bricks.astype(f32))
+        )  # (10, 10, 4)
 
 
 ENVS = {"cartpole": CartPole, "catch": Catch, "breakout": Breakout}
@@ -161,5 +210,7 @@ ENVS = {"cartpole": CartPole, "catch": Catch, "breakout": Breakout}
 
 def make(name: str) -> Env:
     if name not in ENVS:
-        raise ValueError(f"unknown environment {name!r}; the jnp environments are {', '.join(ENVS)}")
+        raise ValueError(
+            f"unknown environment {name!r}; the jnp environments are {', '.join(ENVS)}"
+        )
     return ENVS[name]()

@@ -11,6 +11,7 @@ Two ways to get rollouts, one update (`update`) for both:
 A rollout is a dict of (T, B) arrays: obs (T + 1, B, *obs_shape) (the last one to bootstrap
 from), action, logp (of the acting policy), reward, done (the episode ended at this step).
 """
+
 import dataclasses
 import functools
 from typing import NamedTuple
@@ -26,6 +27,7 @@ from frost.rl.anakin import AgentConfig, episode_metrics, jit, mlp
 @dataclasses.dataclass(frozen=True)
 class Config(AgentConfig):
     """CleanRL ppo.py's defaults for CartPole-v1 (gamma and hidden as AgentConfig's)."""
+
     num_envs: int = 4
     num_steps: int = 128  # T, steps per rollout
     total_steps: int = 500_000
@@ -56,7 +58,9 @@ def optimizer(cfg: Config):
     """Adam (eps 1e-5) after clipping the gradient norm; the learning rate falls linearly to 0,
     one step per update (all of an update's minibatches use the same rate), as CleanRL."""
     per_update = cfg.epochs * cfg.minibatches
-    lr = lambda count: cfg.lr * (1.0 - (jnp.asarray(count) // per_update).astype(jnp.float32) / cfg.updates)  # noqa: E731
+    lr = lambda count: (
+        cfg.lr * (1.0 - (jnp.asarray(count) // per_update).astype(jnp.float32) / cfg.updates)
+    )  # noqa: E731
     return optim.chain(optim.clip_by_global_norm(cfg.max_grad_norm), optim.adam(lr, eps=1e-5))
 
 
@@ -77,13 +81,17 @@ def gae(values, rewards, dones, last_value, gamma: float, lam: float):
         delta_t = r_t + gamma (1 - d_t) V(s_t+1) - V(s_t);   A_t = delta_t + gamma lam (1 - d_t) A_t+1
 
     Returns (advantages, value targets A + V)."""
+
     def back(carry, x):
         next_adv, next_value = carry
         value, reward, done = x
         live = 1.0 - done.astype(jnp.float32)
         adv = reward + gamma * live * next_value - value + gamma * lam * live * next_adv
         return (adv, value), adv
-    _, adv = lax.scan(back, (jnp.zeros_like(last_value), last_value), (values, rewards, dones), reverse=True)
+
+    _, adv = lax.scan(
+        back, (jnp.zeros_like(last_value), last_value), (values, rewards, dones), reverse=True
+    )
     return adv, adv + values
 
 
@@ -91,14 +99,25 @@ def loss(model, batch, cfg: Config):
     """The PPO loss of a minibatch (rows of obs, action, logp, value, adv, ret)."""
     logits, value = model(batch["obs"])  # (N, A), (N,)
     logp_all = jax.nn.log_softmax(logits)
-    ratio = jnp.exp(jnp.take_along_axis(logp_all, batch["action"][:, None], 1)[:, 0] - batch["logp"])
+    ratio = jnp.exp(
+        jnp.take_along_axis(logp_all, batch["action"][:, None], 1)[:, 0] - batch["logp"]
+    )
     adv = (batch["adv"] - batch["adv"].mean()) / (batch["adv"].std() + 1e-8)
-    policy = -jnp.minimum(ratio * adv, jnp.clip(ratio, 1 - cfg.clip_eps, 1 + cfg.clip_eps) * adv).mean()
+    policy = -jnp.minimum(
+        ratio * adv, jnp.clip(ratio, 1 - cfg.clip_eps, 1 + cfg.clip_eps) * adv
+    ).mean()
     clipped = batch["value"] + jnp.clip(value - batch["value"], -cfg.clip_eps, cfg.clip_eps)
-    value_loss = 0.5 * jnp.maximum((value - batch["ret"]) ** 2, (clipped - batch["ret"]) ** 2).mean()
+    value_loss = (
+        0.5 * jnp.maximum((value - batch["ret"]) ** 2, (clipped - batch["ret"]) ** 2).mean()
+    )
     entropy = -(jnp.exp(logp_all) * logp_all).sum(-1).mean()
     total = policy + cfg.vf_coef * value_loss - cfg.ent_coef * entropy
-    return total, {"loss": total, "policy_loss": policy, "value_loss": value_loss, "entropy": entropy}
+    return total, {
+        "loss": total,
+        "policy_loss": policy,
+        "value_loss": value_loss,
+        "entropy": entropy,
+    }
 
 
 def update(model, opt_state, rollout, key, cfg: Config, opt):
@@ -106,9 +125,17 @@ def update(model, opt_state, rollout, key, cfg: Config, opt):
     T, B = rollout["action"].shape
     obs = rollout["obs"]  # (T + 1, B, *obs_shape)
     values = model.critic(obs.reshape((T + 1) * B, *obs.shape[2:]))[:, 0].reshape(T + 1, B)
-    adv, ret = gae(values[:-1], rollout["reward"], rollout["done"], values[-1], cfg.gamma, cfg.gae_lambda)
-    data = {"obs": obs[:-1], "action": rollout["action"], "logp": rollout["logp"], "value": values[:-1],
-            "adv": adv, "ret": ret}
+    adv, ret = gae(
+        values[:-1], rollout["reward"], rollout["done"], values[-1], cfg.gamma, cfg.gae_lambda
+    )
+    data = {
+        "obs": obs[:-1],
+        "action": rollout["action"],
+        "logp": rollout["logp"],
+        "value": values[:-1],
+        "adv": adv,
+        "ret": ret,
+    }
     data = jax.tree.map(lambda x: x.reshape(T * B, *x.shape[2:]), data)  # (T B, ...)
 
     def minibatch(carry, batch):
@@ -121,7 +148,10 @@ def update(model, opt_state, rollout, key, cfg: Config, opt):
         order = jax.random.permutation(key, T * B)
         batches = jax.tree.map(lambda x: x[order].reshape(cfg.minibatches, -1, *x.shape[1:]), data)
         return lax.scan(minibatch, carry, batches)
-    (model, opt_state), metrics = lax.scan(epoch, (model, opt_state), jax.random.split(key, cfg.epochs))
+
+    (model, opt_state), metrics = lax.scan(
+        epoch, (model, opt_state), jax.random.split(key, cfg.epochs)
+    )
     return model, opt_state, jax.tree.map(jnp.mean, metrics)
 
 
@@ -149,18 +179,26 @@ def anakin(env, cfg: Config):
     def env_step(r: Runner, _):
         key, k_act, k_env = jax.random.split(r.key, 3)
         action, logp = act(r.model.actor, r.obs, jax.random.split(k_act, B))
-        obs, state, reward, done, _ = jax.vmap(env.step)(jax.random.split(k_env, B), r.env_state, action)
+        obs, state, reward, done, _ = jax.vmap(env.step)(
+            jax.random.split(k_env, B), r.env_state, action
+        )
         return r._replace(obs=obs, env_state=state, key=key), (r.obs, action, logp, reward, done)
 
     def iteration(r: Runner, _):
         r, (obs, action, logp, reward, done) = lax.scan(env_step, r, None, cfg.num_steps)
-        rollout = {"obs": jnp.concatenate([obs, r.obs[None]]), "action": action, "logp": logp, "reward": reward,
-                   "done": done}
+        rollout = {
+            "obs": jnp.concatenate([obs, r.obs[None]]),
+            "action": action,
+            "logp": logp,
+            "reward": reward,
+            "done": done,
+        }
         key, k_update = jax.random.split(r.key)
         model, opt_state, metrics = update(r.model, r.opt_state, rollout, k_update, cfg, opt)
         running, last, episodes = episode_metrics(reward, done, r.running, r.last_return)
         r = r._replace(model=model, opt_state=opt_state, running=running, last_return=last, key=key)
         return r, dict(metrics, **{"return": last, "episodes": episodes})
+
     return init, iteration
 
 
@@ -170,7 +208,9 @@ def _learner(cfg: Config):
     return jit(functools.partial(update, cfg=cfg, opt=optimizer(cfg)))
 
 
-def sebulba(make_env, cfg: Config, seed: int = 0, actors: int = 2, deterministic: bool = True, *, on_update):
+def sebulba(
+    make_env, cfg: Config, seed: int = 0, actors: int = 2, deterministic: bool = True, *, on_update
+):
     """Train on host environments `make_env()` stepped by `actors` processes, `cfg.num_envs` in all.
 
     With `deterministic`, update u trains on rollout u of every actor (in actor order) and
@@ -180,12 +220,15 @@ def sebulba(make_env, cfg: Config, seed: int = 0, actors: int = 2, deterministic
     to arrive. `on_update(u, metrics)` after each update; the policy lag is in the metrics.
     Returns the trained ActorCritic."""
     from frost.rl.actors import Actors
+
     opt, step = optimizer(cfg), _learner(cfg)
     key, last = jax.random.key(seed), 0.0
     with Actors(make_env, cfg.num_envs, cfg.num_steps, actors, seed, deterministic) as pool:
+
         def fresh(key):  # jitted: built op by op, eagerly, the model takes seconds of compiling
             model = ActorCritic(pool.observation_shape, pool.num_actions, cfg.hidden, key=key)
             return model, opt.init(model)
+
         model, opt_state = jit(fresh)(key)
         pool.submit(model.actor, 0)
         for u in range(cfg.updates):
@@ -196,6 +239,16 @@ def sebulba(make_env, cfg: Config, seed: int = 0, actors: int = 2, deterministic
             if u + pool.depth < cfg.updates:
                 pool.submit(model.actor, u + 1)
             lag = u - versions
-            on_update(u, dict(metrics, **{"return": last, "episodes": episodes, "lag_mean": float(lag.mean()),
-                                          "lag_max": int(lag.max())}))
+            on_update(
+                u,
+                dict(
+                    metrics,
+                    **{
+                        "return": last,
+                        "episodes": episodes,
+                        "lag_mean": float(lag.mean()),
+                        "lag_max": int(lag.max()),
+                    },
+                ),
+            )
     return model

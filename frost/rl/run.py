@@ -7,6 +7,7 @@ final return being the mean greedy evaluation return over 100 episodes, `seconds
 of training, compilation included; Anakin's seeds train together, so they share it), returns.png
 and checkpoint/ (frost.train.checkpoint: the policies of all seeds, stacked).
 """
+
 import dataclasses
 import functools
 import json
@@ -29,13 +30,24 @@ ALGOS = {"ppo": ppo, "dqn": dqn}  # each with its Config, anakin(env, cfg) and g
 
 def presets(algo: str, env: str, steps: int | None = None):
     """The hyper-parameters of `algo` on `env` (CleanRL's for PPO on CartPole), `steps` per seed."""
-    table = {("ppo", "cartpole"): ppo.Config(), ("ppo", "catch"): ppo.Config(total_steps=100_000),
-             ("ppo", "breakout"): ppo.Config(num_envs=64, total_steps=1_000_000, lr=5e-4, hidden=256),
-             ("ppo", "gym"): ppo.Config(num_envs=8),
-             ("dqn", "cartpole"): dqn.Config(total_steps=200_000, lr=2.5e-4, batch_size=128, learning_starts=10_000),
-             ("dqn", "catch"): dqn.Config(total_steps=40_000),
-             ("dqn", "breakout"): dqn.Config(total_steps=500_000, buffer_size=50_000, learning_starts=5_000,
-                                             eps_fraction=0.2, target_every=1_000, hidden=128)}
+    table = {
+        ("ppo", "cartpole"): ppo.Config(),
+        ("ppo", "catch"): ppo.Config(total_steps=100_000),
+        ("ppo", "breakout"): ppo.Config(num_envs=64, total_steps=1_000_000, lr=5e-4, hidden=256),
+        ("ppo", "gym"): ppo.Config(num_envs=8),
+        ("dqn", "cartpole"): dqn.Config(
+            total_steps=200_000, lr=2.5e-4, batch_size=128, learning_starts=10_000
+        ),
+        ("dqn", "catch"): dqn.Config(total_steps=40_000),
+        ("dqn", "breakout"): dqn.Config(
+            total_steps=500_000,
+            buffer_size=50_000,
+            learning_starts=5_000,
+            eps_fraction=0.2,
+            target_every=1_000,
+            hidden=128,
+        ),
+    }
     hp = table[(algo, "gym" if env.startswith("gym:") else env)]
     return dataclasses.replace(hp, total_steps=steps) if steps else hp
 
@@ -44,8 +56,15 @@ class Recorder:
     """Progress bar and metrics.jsonl (rewritten whole, atomically, at each report)."""
 
     def __init__(self, out: pathlib.Path, total: int, label: str):
-        self.out, self.records, self.at, self.t0 = out, [], {}, time.perf_counter()  # at: {seed: its last step}
-        self.bar = tqdm(total=total, desc=label, unit="step", unit_scale=True, dynamic_ncols=True)  # all seeds' steps
+        self.out, self.records, self.at, self.t0 = (
+            out,
+            [],
+            {},
+            time.perf_counter(),
+        )  # at: {seed: its last step}
+        self.bar = tqdm(
+            total=total, desc=label, unit="step", unit_scale=True, dynamic_ncols=True
+        )  # all seeds' steps
 
     def report(self, seeds, step: int, metrics: dict):
         """`seeds` are at env step `step`; `metrics` holds one value per seed."""
@@ -53,11 +72,21 @@ class Recorder:
         steps_done = sum(self.at.values())
         rate = steps_done / (time.perf_counter() - self.t0)
         for i, seed in enumerate(seeds):
-            self.records.append({"seed": seed, "step": step, "steps_per_s": rate,
-                                 **{k: float(v[i]) for k, v in metrics.items()}})
-        atomic.write(self.out / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in self.records))
+            self.records.append(
+                {
+                    "seed": seed,
+                    "step": step,
+                    "steps_per_s": rate,
+                    **{k: float(v[i]) for k, v in metrics.items()},
+                }
+            )
+        atomic.write(
+            self.out / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in self.records)
+        )
         self.bar.update(steps_done - self.bar.n)
-        self.bar.set_postfix(ret=f"{sum(float(x) for x in metrics['return']) / len(seeds):.1f}", per_s=f"{rate:.0f}")
+        self.bar.set_postfix(
+            ret=f"{sum(float(x) for x in metrics['return']) / len(seeds):.1f}", per_s=f"{rate:.0f}"
+        )
 
 
 def train(cfg) -> int:
@@ -69,40 +98,61 @@ def train(cfg) -> int:
         raise UsageError(f"--actors {cfg.actors}: must divide the {hp.num_envs} environments")
     out.mkdir(parents=True, exist_ok=True)
     per_update = hp.num_envs * hp.num_steps
-    rec = Recorder(out, hp.updates * per_update * len(seeds), f"{cfg.algo} {cfg.env}")  # its clock starts now
+    rec = Recorder(
+        out, hp.updates * per_update * len(seeds), f"{cfg.algo} {cfg.env}"
+    )  # its clock starts now
     if cfg.mode == "anakin":
         init, iteration = ALGOS[cfg.algo].anakin(envs.make(cfg.env), hp)
 
         def on_chunk(runner, metrics, done):  # metrics (seeds, chunk): report the chunk's last
-            rec.report(seeds, done * per_update, {k: np.asarray(v[:, -1]) for k, v in metrics.items()})
+            rec.report(
+                seeds, done * per_update, {k: np.asarray(v[:, -1]) for k, v in metrics.items()}
+            )
+
         runner = anakin.run(init, iteration, seeds, hp.updates, on_chunk)
         models, seconds = runner.model, [time.perf_counter() - rec.t0] * len(seeds)
     else:
         trained, seconds = [], []
         for seed in seeds:
             s0 = time.perf_counter()
-            trained.append(ppo.sebulba(_make_env(cfg.env), hp, seed, cfg.actors or 2, cfg.deterministic,
-                                       on_update=lambda u, m: rec.report([seed], (u + 1) * per_update,
-                                                                         {k: [v] for k, v in m.items()})))
+            trained.append(
+                ppo.sebulba(
+                    _make_env(cfg.env),
+                    hp,
+                    seed,
+                    cfg.actors or 2,
+                    cfg.deterministic,
+                    on_update=lambda u, m: rec.report(
+                        [seed], (u + 1) * per_update, {k: [v] for k, v in m.items()}
+                    ),
+                )
+            )
             seconds.append(time.perf_counter() - s0)
         models = jax.tree.map(lambda *x: jnp.stack(x), *trained)
     rec.bar.close()
     final = evaluate(cfg.algo, cfg.env, models, seeds)
     meta = {"algo": cfg.algo, "env": cfg.env, "seeds": seeds, "hidden": hp.hidden}
     checkpoint.save(out / "checkpoint", hp.updates * per_update, {"model": models}, meta=meta)
-    results = {"seeds": [{"seed": s, "final_return": float(r), "steps": hp.updates * per_update, "seconds": t}
-                         for s, r, t in zip(seeds, np.asarray(final), seconds)]}
+    results = {
+        "seeds": [
+            {"seed": s, "final_return": float(r), "steps": hp.updates * per_update, "seconds": t}
+            for s, r, t in zip(seeds, np.asarray(final), seconds)
+        ]
+    }
     atomic.write(out / "results.json", json.dumps(results, indent=1))
     plot(out, rec.records)
     for row in results["seeds"]:
-        print(f"seed {row['seed']}: evaluation return {row['final_return']:.1f} after {row['steps']} steps "
-              f"in {row['seconds']:.1f} s")
+        print(
+            f"seed {row['seed']}: evaluation return {row['final_return']:.1f} after {row['steps']} steps "
+            f"in {row['seconds']:.1f} s"
+        )
     print(f"run dir {out}")
     return 0
 
 
 def _make_env(name: str):
     import gymnasium
+
     return functools.partial(gymnasium.make, name[4:])
 
 
@@ -119,11 +169,21 @@ def _network(algo: str, env: str, hidden: int):
 
 def evaluate(algo: str, env: str, models, seeds):
     """Mean greedy return over 100 episodes of each seed's policy in `models` (stacked by seed)."""
-    if env.startswith("gym:"):  # host envs: (model, obs (N, ...)) -> actions, one model of `models` at a time
+    if env.startswith(
+        "gym:"
+    ):  # host envs: (model, obs (N, ...)) -> actions, one model of `models` at a time
         policy = anakin.jit(lambda model, obs: ALGOS[algo].greedy(model)(obs))
-        return [actors.evaluate(_make_env(env), functools.partial(policy, jax.tree.map(lambda x: x[i], models)), seed=s)
-                for i, s in enumerate(seeds)]
-    keys = jax.vmap(lambda s: jax.random.fold_in(jax.random.key(s), 1 << 20))(np.asarray(seeds, np.uint32))
+        return [
+            actors.evaluate(
+                _make_env(env),
+                functools.partial(policy, jax.tree.map(lambda x: x[i], models)),
+                seed=s,
+            )
+            for i, s in enumerate(seeds)
+        ]
+    keys = jax.vmap(lambda s: jax.random.fold_in(jax.random.key(s), 1 << 20))(
+        np.asarray(seeds, np.uint32)
+    )
     return _evaluator(algo, env)(models, keys)
 
 
@@ -137,6 +197,7 @@ def _evaluator(algo: str, env: str):
 def plot(out: pathlib.Path, records):
     """returns.png: each seed's return against env steps, from the metrics records."""
     from matplotlib.figure import Figure
+
     fig = Figure(figsize=(6, 4))
     ax = fig.subplots()
     for seed in sorted({r["seed"] for r in records}):
@@ -152,11 +213,19 @@ def evaluate_run(run_dir) -> int:
     """`frost rl eval RUN_DIR`: the mean return of each seed's saved policy, printed."""
     path = checkpoint.latest(pathlib.Path(run_dir) / "checkpoint")
     if path is None:
-        raise UsageError(f"{run_dir}: checkpoint/ holds no complete checkpoint (was the run interrupted?)")
+        raise UsageError(
+            f"{run_dir}: checkpoint/ holds no complete checkpoint (was the run interrupted?)"
+        )
     meta = checkpoint.read_manifest(path)["meta"]
     build = _network(meta["algo"], meta["env"], meta["hidden"])
-    template = jax.eval_shape(jax.vmap(build), jax.random.split(jax.random.key(0), len(meta["seeds"])))
+    template = jax.eval_shape(
+        jax.vmap(build), jax.random.split(jax.random.key(0), len(meta["seeds"]))
+    )
     tree, _ = checkpoint.load(path, {"model": template})
-    for seed, ret in zip(meta["seeds"], evaluate(meta["algo"], meta["env"], tree["model"], meta["seeds"])):
-        print(f"seed {seed}: mean return {float(ret):.1f} over 100 episodes ({meta['algo']}, {meta['env']})")
+    for seed, ret in zip(
+        meta["seeds"], evaluate(meta["algo"], meta["env"], tree["model"], meta["seeds"])
+    ):
+        print(
+            f"seed {seed}: mean return {float(ret):.1f} over 100 episodes ({meta['algo']}, {meta['env']})"
+        )
     return 0

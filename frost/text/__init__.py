@@ -7,10 +7,22 @@
 Names load on first use, so `frost tokenizer --help` (and every `frost` command) does not pay
 for numpy and regex.
 """
+
 import importlib
 
-_HOMES = {"bpe": ["GPT4_PATTERN", "Tokenizer", "count_chunks", "split_chunks", "stream_files", "train", "train_counts"],
-          "corpus": ["kjv_path", "kjv_text"], "io": ["load", "save", "save_hf", "to_hf_json", "token_dtype"]}
+_HOMES = {
+    "bpe": [
+        "GPT4_PATTERN",
+        "Tokenizer",
+        "count_chunks",
+        "split_chunks",
+        "stream_files",
+        "train",
+        "train_counts",
+    ],
+    "corpus": ["kjv_path", "kjv_text"],
+    "io": ["load", "save", "save_hf", "to_hf_json", "token_dtype"],
+}
 _HOME = {name: module for module, names in _HOMES.items() for name in names}
 __all__ = sorted(_HOME)
 

@@ -12,6 +12,7 @@ Training counts the distinct chunks once (memory grows with the number of distin
 corpus size), then runs the numba merge loop in `merge.py`, whose docstring gives the tie rule.
 Work on large inputs (counting, `encode_batch`) is spread over worker processes in ~1 MB batches.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -33,13 +34,17 @@ import regex
 
 from frost.config import UsageError
 
-GPT4_PATTERN = (r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,3}|"""
-                r""" ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+""")
+GPT4_PATTERN = (
+    r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,3}|"""
+    r""" ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+"""
+)
 BATCH_CHARS = 1 << 20  # text per worker task
 _WS = r"\t\n\v\f\r "  # what the regex module's \s matches among ASCII characters
 # GPT4_PATTERN restricted to ASCII text, for the stdlib `re` engine (about twice as fast on it)
-_GPT4_ASCII = re.compile(rf"""'(?i:[sdmt]|ll|ve|re)|[^\r\nA-Za-z0-9]?+[A-Za-z]+|[0-9]{{1,3}}| ?[^{_WS}A-Za-z0-9]++[\r\n]*|"""
-                         rf"""[{_WS}]*[\r\n]|[{_WS}]+(?![^{_WS}])|[{_WS}]+""")
+_GPT4_ASCII = re.compile(
+    rf"""'(?i:[sdmt]|ll|ve|re)|[^\r\nA-Za-z0-9]?+[A-Za-z]+|[0-9]{{1,3}}| ?[^{_WS}A-Za-z0-9]++[\r\n]*|"""
+    rf"""[{_WS}]*[\r\n]|[{_WS}]+(?![^{_WS}])|[{_WS}]+"""
+)
 
 
 @functools.lru_cache(maxsize=8)
@@ -51,7 +56,9 @@ def _compile(pattern: str):
     except regex.error as e:
         raise UsageError(f"pattern {pattern!r} is not a valid regex: {e}") from None
     if pat.match("") is not None:
-        raise UsageError(f"pattern {pattern!r} matches the empty string; every match must hold a character")
+        raise UsageError(
+            f"pattern {pattern!r} matches the empty string; every match must hold a character"
+        )
     return pat
 
 
@@ -68,7 +75,7 @@ def split_chunks(pattern: str, text: str) -> list[str]:
         return chunks
     out, pos = [], 0
     for m in pat.finditer(text):
-        out += [text[pos:m.start()], m.group()]
+        out += [text[pos : m.start()], m.group()]
         pos = m.end()
     return [c for c in out + [text[pos:]] if c]
 
@@ -84,7 +91,7 @@ def _pieces(texts: Iterable[str] | str, size: int = BATCH_CHARS) -> Iterator[str
     for text in [texts] if isinstance(texts, str) else texts:
         start = 0
         while m := _CUT.search(text, start + size):
-            yield text[start:m.end()]
+            yield text[start : m.end()]
             start = m.end()
         yield text[start:] if start else text
 
@@ -121,8 +128,15 @@ def stream_files(paths: Iterable[str | os.PathLike], size: int = BATCH_CHARS) ->
             yield rest
 
 
-def parallel_map(fn, items: Iterable, workers: int | None = None, init=None, initargs=(), local=None,
-                 started=lambda: None):
+def parallel_map(
+    fn,
+    items: Iterable,
+    workers: int | None = None,
+    init=None,
+    initargs=(),
+    local=None,
+    started=lambda: None,
+):
     """`map(fn, items)` in order, in `workers` processes (default: all cores) with at most two tasks
     per worker in flight, so a lazy input is read only as fast as it is used. `init(*initargs)`
     starts each worker. A single item, or workers=1, runs here as `map(local or fn, items)`.
@@ -137,7 +151,9 @@ def parallel_map(fn, items: Iterable, workers: int | None = None, init=None, ini
         yield from map(local or fn, chain(head, items))
         return
     with ProcessPoolExecutor(workers, _mp_context(), initializer=init, initargs=initargs) as ex:
-        pending = [ex.submit(fn, x) for x in head]  # with fork, the first submit starts every worker
+        pending = [
+            ex.submit(fn, x) for x in head
+        ]  # with fork, the first submit starts every worker
         started()
         for x in items:
             if len(pending) >= 2 * workers:
@@ -157,11 +173,18 @@ def _mp_context():
 
 
 def _count_batch(pattern: str, texts: list[str]) -> tuple[Counter, int]:
-    return Counter(chain.from_iterable(split_chunks(pattern, text) for text in texts)), sum(map(len, texts))
+    return Counter(chain.from_iterable(split_chunks(pattern, text) for text in texts)), sum(
+        map(len, texts)
+    )
 
 
-def count_chunks(texts: Iterable[str] | str, pattern: str = GPT4_PATTERN, workers: int | None = None,
-                 progress=None, started=lambda: None) -> Counter:
+def count_chunks(
+    texts: Iterable[str] | str,
+    pattern: str = GPT4_PATTERN,
+    workers: int | None = None,
+    progress=None,
+    started=lambda: None,
+) -> Counter:
     """How often each pre-token chunk occurs: Counter({' the': 63924, ...}). `progress`: a tqdm bar
     advanced by characters read; `started`: see `parallel_map`."""
     total = Counter()
@@ -173,20 +196,32 @@ def count_chunks(texts: Iterable[str] | str, pattern: str = GPT4_PATTERN, worker
     return total
 
 
-def train(texts: Iterable[str] | str, vocab_size: int, *, pattern: str = GPT4_PATTERN,
-          special_tokens: Iterable[str] = (), workers: int | None = None, progress: bool = False) -> Tokenizer:
+def train(
+    texts: Iterable[str] | str,
+    vocab_size: int,
+    *,
+    pattern: str = GPT4_PATTERN,
+    special_tokens: Iterable[str] = (),
+    workers: int | None = None,
+    progress: bool = False,
+) -> Tokenizer:
     """Train a byte-level BPE tokenizer with `vocab_size` tokens in all (256 bytes, the merges, then
     the special tokens). `texts`: a string or an iterable of strings (documents), read lazily;
     see `stream_files` for files. Texts over ~1 MB are cut after a newline that precedes a
     non-space character, which changes nothing for the GPT-4 and GPT-2 patterns; a custom pattern
     whose matches span such a point would see the cut. numba loads (or, on a first run, compiles)
     the merge loop in a thread while the worker processes count."""
-    _compile(pattern), _n_tokens(vocab_size, special_tokens)  # refuse mistakes before reading anything
+    (
+        _compile(pattern),
+        _n_tokens(vocab_size, special_tokens),
+    )  # refuse mistakes before reading anything
     loading = threading.Thread(target=_load_merge_loop, daemon=True)
     with _bar(progress, "counting", "char") as bar:
         counts = count_chunks(texts, pattern, workers, bar, started=loading.start)
     loading.join()
-    return train_counts(counts, vocab_size, pattern=pattern, special_tokens=special_tokens, progress=progress)
+    return train_counts(
+        counts, vocab_size, pattern=pattern, special_tokens=special_tokens, progress=progress
+    )
 
 
 def _load_merge_loop():
@@ -194,11 +229,24 @@ def _load_merge_loop():
     again when train_counts runs the loop)."""
     with contextlib.suppress(Exception):
         from .merge import merge_loop
-        merge_loop(np.array([97, 98], np.int32), np.array([0, 2]), np.ones(1, np.int64), 257, np.zeros(1, np.int64))
+
+        merge_loop(
+            np.array([97, 98], np.int32),
+            np.array([0, 2]),
+            np.ones(1, np.int64),
+            257,
+            np.zeros(1, np.int64),
+        )
 
 
-def train_counts(counts: dict[str, int], vocab_size: int, *, pattern: str = GPT4_PATTERN,
-                 special_tokens: Iterable[str] = (), progress: bool = False) -> Tokenizer:
+def train_counts(
+    counts: dict[str, int],
+    vocab_size: int,
+    *,
+    pattern: str = GPT4_PATTERN,
+    special_tokens: Iterable[str] = (),
+    progress: bool = False,
+) -> Tokenizer:
     """Train from chunk counts ({chunk: occurrences}, as `count_chunks` returns); counts are int64."""
     from .merge import merge_loop  # numba loads only when training
 
@@ -211,8 +259,13 @@ def train_counts(counts: dict[str, int], vocab_size: int, *, pattern: str = GPT4
     if np.any(wcount < 0):
         raise UsageError("chunk counts must be non-negative")
     done = np.zeros(1, np.int64)
-    with ThreadPoolExecutor(1) as pool, _bar(progress, "merging", "tok", total=n_tokens - 256) as bar:
-        merging = pool.submit(merge_loop, sym, starts, wcount, n_tokens, done)  # it releases the GIL
+    with (
+        ThreadPoolExecutor(1) as pool,
+        _bar(progress, "merging", "tok", total=n_tokens - 256) as bar,
+    ):
+        merging = pool.submit(
+            merge_loop, sym, starts, wcount, n_tokens, done
+        )  # it releases the GIL
         while bar is not None and not merging.done():  # this thread moves the bar
             wait([merging], 0.1)
             bar.update(max(0, int(done[0]) - 256 - bar.n))
@@ -226,8 +279,10 @@ def _n_tokens(vocab_size: int, special_tokens: Iterable[str]) -> tuple[list[str]
     """The special tokens (duplicates dropped) and the number of other tokens; UsageError if too few."""
     special = list(dict.fromkeys(special_tokens))
     if "" in special or vocab_size < 256 + len(special):
-        raise UsageError(f"vocab_size={vocab_size}, special tokens {special}: special tokens must be non-empty, and "
-                         f"the vocabulary needs the 256 bytes and them: use at least {256 + len(special)}")
+        raise UsageError(
+            f"vocab_size={vocab_size}, special tokens {special}: special tokens must be non-empty, and "
+            f"the vocabulary needs the 256 bytes and them: use at least {256 + len(special)}"
+        )
     return special, vocab_size - len(special)
 
 
@@ -238,8 +293,13 @@ def _bar(on: bool, desc: str, unit: str, total=None):
     from tqdm import tqdm
 
     class Bar(tqdm):
-        monitor_interval = 0  # no monitor thread: a thread makes forking the workers unsafe (so slow)
-    return Bar(total=total, desc=desc, unit=unit, unit_scale=True, leave=False)  # the last line: the result, or the error
+        monitor_interval = (
+            0  # no monitor thread: a thread makes forking the workers unsafe (so slow)
+        )
+
+    return Bar(
+        total=total, desc=desc, unit=unit, unit_scale=True, leave=False
+    )  # the last line: the result, or the error
 
 
 class _Cache(dict):
@@ -265,28 +325,50 @@ class Tokenizer:
     each is encoded by the same rule in O(n log n) time, so the ids equal HF tokenizers' at any
     length (tested on a 60k-letter chunk; 40k letters take ~0.1 s, 1 MB ~2.5 s)."""
 
-    def __init__(self, merges: list[tuple[int, int, int]], special: dict[str, int] | None = None,
-                 pattern: str = GPT4_PATTERN, cache_size: int = 1 << 18):
-        self.merges, self.special, self.pattern = [tuple(m) for m in merges], dict(special or {}), pattern
+    def __init__(
+        self,
+        merges: list[tuple[int, int, int]],
+        special: dict[str, int] | None = None,
+        pattern: str = GPT4_PATTERN,
+        cache_size: int = 1 << 18,
+    ):
+        self.merges, self.special, self.pattern = (
+            [tuple(m) for m in merges],
+            dict(special or {}),
+            pattern,
+        )
         self.vocab = [bytes([i]) for i in range(256)]  # id -> bytes
         for a, b, c in self.merges:
             n = len(self.vocab)
             if not (0 <= a < n and 0 <= b < n and 0 <= c <= n):
-                raise ValueError(f"merge {(a, b, c)} refers to an id that does not exist yet (have {n})")
+                raise ValueError(
+                    f"merge {(a, b, c)} refers to an id that does not exist yet (have {n})"
+                )
             if c == n:
                 self.vocab.append(self.vocab[a] + self.vocab[b])
             elif self.vocab[c] != self.vocab[a] + self.vocab[b]:
-                raise ValueError(f"merge {(a, b, c)}: token {c} is {self.vocab[c]!r}, not "
-                                 f"{self.vocab[a] + self.vocab[b]!r}")
+                raise ValueError(
+                    f"merge {(a, b, c)}: token {c} is {self.vocab[c]!r}, not "
+                    f"{self.vocab[a] + self.vocab[b]!r}"
+                )
         n = len(self.vocab)
         if sorted(self.special.values()) != list(range(n, n + len(self.special))):
-            raise ValueError(f"special token ids must be {n}..{n + len(self.special) - 1}, got {self.special}")
+            raise ValueError(
+                f"special token ids must be {n}..{n + len(self.special) - 1}, got {self.special}"
+            )
         self._ranks = {(a, b): r for r, (a, b, _) in enumerate(self.merges)}
         self._pat = _compile(pattern)
-        self._special_re = (regex.compile("(" + "|".join(map(regex.escape, sorted(self.special, key=len, reverse=True))) + ")")
-                            if self.special else None)
+        self._special_re = (
+            regex.compile(
+                "(" + "|".join(map(regex.escape, sorted(self.special, key=len, reverse=True))) + ")"
+            )
+            if self.special
+            else None
+        )
         self._cache = _Cache(self._bpe, cache_size)
-        self._decode = self.vocab + [s.encode("utf-8") for s in sorted(self.special, key=self.special.get)]
+        self._decode = self.vocab + [
+            s.encode("utf-8") for s in sorted(self.special, key=self.special.get)
+        ]
 
     @property
     def vocab_size(self) -> int:
@@ -301,7 +383,10 @@ class Tokenizer:
         ' the' -> [32, 116, 104, 101] -> [32, 256, 101] (t,h) -> [32, 257] (th,e) -> [258] ( ,the)"""
         ids = list(chunk.encode("utf-8"))  # ids[i] is None once merged into the token on its left
         n, get = len(ids), self._ranks.get
-        left, right = list(range(-1, n)), list(range(1, n + 1))  # neighbours still there (left[n]: unused)
+        left, right = (
+            list(range(-1, n)),
+            list(range(1, n + 1)),
+        )  # neighbours still there (left[n]: unused)
         heap = [(r, i) for i in range(n - 1) if (r := get((ids[i], ids[i + 1]))) is not None]
         heapq.heapify(heap)
         while heap:
@@ -318,32 +403,51 @@ class Tokenizer:
 
     def encode_ordinary(self, text: str) -> list[int]:
         """Encode text, treating special-token strings as plain text."""
-        return list(chain.from_iterable(map(self._cache.__getitem__, split_chunks(self.pattern, text))))
+        return list(
+            chain.from_iterable(map(self._cache.__getitem__, split_chunks(self.pattern, text)))
+        )
 
     def encode(self, text: str, *, special: str = "refuse") -> list[int]:
         """Text -> ids. `special` says what a special-token string in the text means:
         "refuse" (default) raises UsageError, "allow" encodes it as its special id, "text" as text."""
         if special not in ("refuse", "allow", "text"):
             raise UsageError(f"special must be 'refuse', 'allow' or 'text', not {special!r}")
-        parts = [text] if self._special_re is None or special == "text" else self._special_re.split(text)
-        if special == "refuse" and len(parts) > 1:  # parts: [text, special, text, special, ..., text]
-            raise UsageError(f"text contains the special token {parts[1]!r} at {len(parts[0])}; pass special='allow' "
-                             "to encode it as a special token or 'text' as plain text")
-        return [i for k, part in enumerate(parts)
-                for i in ([self.special[part]] if k % 2 else self.encode_ordinary(part))]
+        parts = (
+            [text]
+            if self._special_re is None or special == "text"
+            else self._special_re.split(text)
+        )
+        if (
+            special == "refuse" and len(parts) > 1
+        ):  # parts: [text, special, text, special, ..., text]
+            raise UsageError(
+                f"text contains the special token {parts[1]!r} at {len(parts[0])}; pass special='allow' "
+                "to encode it as a special token or 'text' as plain text"
+            )
+        return [
+            i
+            for k, part in enumerate(parts)
+            for i in ([self.special[part]] if k % 2 else self.encode_ordinary(part))
+        ]
 
-    def encode_iter(self, texts: Iterable[str], *, special: str = "refuse", workers: int | None = None):
+    def encode_iter(
+        self, texts: Iterable[str], *, special: str = "refuse", workers: int | None = None
+    ):
         """Lazily encode many texts, in order, in `workers` processes; yields one id list per text."""
         encode = functools.partial(_encode_batch, special)
         state = (self.merges, self.special, self.pattern)
         here = lambda texts: _flat([self.encode(t, special=special) for t in texts])  # noqa: E731
-        for flat, lengths in parallel_map(encode, _batches(texts), workers, _set_worker_tokenizer, (state,), here):
+        for flat, lengths in parallel_map(
+            encode, _batches(texts), workers, _set_worker_tokenizer, (state,), here
+        ):
             ids, pos = flat.tolist(), 0
             for n in lengths.tolist():
-                yield ids[pos:pos + n]
+                yield ids[pos : pos + n]
                 pos += n
 
-    def encode_batch(self, texts: Iterable[str], *, special: str = "refuse", workers: int | None = None) -> list[list[int]]:
+    def encode_batch(
+        self, texts: Iterable[str], *, special: str = "refuse", workers: int | None = None
+    ) -> list[list[int]]:
         """[encode(t) for t in texts], spread over `workers` processes (default: all cores)."""
         enabled = gc.isenabled()
         gc.disable()  # a million new ints in lists would otherwise set off many full GC passes
@@ -356,8 +460,10 @@ class Tokenizer:
     def decode_bytes(self, ids: Iterable[int]) -> bytes:
         ids = list(ids)
         if ids and not 0 <= min(ids) <= max(ids) < len(self._decode):
-            raise UsageError(f"token ids {min(ids)}..{max(ids)} are out of range: this tokenizer's are "
-                             f"0..{len(self._decode) - 1}")
+            raise UsageError(
+                f"token ids {min(ids)}..{max(ids)} are out of range: this tokenizer's are "
+                f"0..{len(self._decode) - 1}"
+            )
         return b"".join(map(self._decode.__getitem__, ids))
 
     def decode(self, ids: Iterable[int], errors: str = "replace") -> str:

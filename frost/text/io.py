@@ -14,6 +14,7 @@ HF export: a BPE model whose vocab and merges are written in GPT-2's byte-to-uni
 Split pre-tokenizer with our regex followed by ByteLevel(use_regex=False) (so HF splits exactly as
 we do), a ByteLevel decoder, and the special tokens as added tokens. HF then produces our ids.
 """
+
 import json
 import pathlib
 
@@ -34,8 +35,13 @@ def token_dtype(vocab_size: int):
 
 
 def save(tok: Tokenizer, path) -> None:
-    data = {"format": FORMAT, "version": VERSION, "pattern": tok.pattern, "special_tokens": tok.special,
-            "merges": [list(m) for m in tok.merges]}
+    data = {
+        "format": FORMAT,
+        "version": VERSION,
+        "pattern": tok.pattern,
+        "special_tokens": tok.special,
+        "merges": [list(m) for m in tok.merges],
+    }
     atomic.write(path, json.dumps(data, ensure_ascii=False, separators=(",", ":")))
 
 
@@ -46,23 +52,35 @@ def load(path) -> Tokenizer:
     except (OSError, UnicodeDecodeError) as e:
         raise UsageError(f"{path}: cannot read a tokenizer file ({e})") from None
     except json.JSONDecodeError as e:
-        raise UsageError(f"{path}: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno}); "
-                         "the file may be truncated — save the tokenizer again") from None
+        raise UsageError(
+            f"{path}: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno}); "
+            "the file may be truncated — save the tokenizer again"
+        ) from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
-        hint = " (it looks like a HF tokenizer.json; load it with tokenizers.Tokenizer.from_file)" \
-            if isinstance(data, dict) and "model" in data else ""
-        raise UsageError(f"{path}: not a Frost tokenizer file: expected \"format\": \"{FORMAT}\"{hint}")
+        hint = (
+            " (it looks like a HF tokenizer.json; load it with tokenizers.Tokenizer.from_file)"
+            if isinstance(data, dict) and "model" in data
+            else ""
+        )
+        raise UsageError(f'{path}: not a Frost tokenizer file: expected "format": "{FORMAT}"{hint}')
     if data.get("version") != VERSION:
-        raise UsageError(f"{path}: format version {data.get('version')!r} is not supported (this Frost reads {VERSION})")
+        raise UsageError(
+            f"{path}: format version {data.get('version')!r} is not supported (this Frost reads {VERSION})"
+        )
     try:
         merges, special, pattern = data["merges"], data["special_tokens"], data["pattern"]
-        if not (isinstance(merges, list) and all(isinstance(m, list) and len(m) == 3 and all(type(x) is int for x in m)
-                                                 for m in merges)):
-            raise ValueError("\"merges\" must be a list of [left, right, new id] integer triples")
+        if not (
+            isinstance(merges, list)
+            and all(
+                isinstance(m, list) and len(m) == 3 and all(type(x) is int for x in m)
+                for m in merges
+            )
+        ):
+            raise ValueError('"merges" must be a list of [left, right, new id] integer triples')
         if not (isinstance(special, dict) and all(type(v) is int for v in special.values())):
-            raise ValueError("\"special_tokens\" must map strings to integer ids")
+            raise ValueError('"special_tokens" must map strings to integer ids')
         if not isinstance(pattern, str):
-            raise ValueError("\"pattern\" must be a string")
+            raise ValueError('"pattern" must be a string')
         return Tokenizer(merges, special, pattern)
     except KeyError as e:
         raise UsageError(f"{path}: missing field {e}") from None
@@ -83,16 +101,53 @@ def to_hf_json(tok: Tokenizer) -> dict:
     chars = _byte_chars()
     names = ["".join(chars[b] for b in token) for token in tok.vocab]
     vocab = {name: i for i, name in enumerate(names)} | tok.special
-    added = [{"id": i, "content": s, "single_word": False, "lstrip": False, "rstrip": False,
-              "normalized": False, "special": True} for s, i in tok.special.items()]
-    split = {"type": "Split", "pattern": {"Regex": tok.pattern}, "behavior": "Isolated", "invert": False}
-    byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}
-    model = {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
-             "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
-             "vocab": vocab, "merges": [[names[a], names[b]] for a, b, _ in tok.merges]}
-    return {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added, "normalizer": None,
-            "pre_tokenizer": {"type": "Sequence", "pretokenizers": [split, byte_level]},
-            "post_processor": None, "decoder": byte_level, "model": model}
+    added = [
+        {
+            "id": i,
+            "content": s,
+            "single_word": False,
+            "lstrip": False,
+            "rstrip": False,
+            "normalized": False,
+            "special": True,
+        }
+        for s, i in tok.special.items()
+    ]
+    split = {
+        "type": "Split",
+        "pattern": {"Regex": tok.pattern},
+        "behavior": "Isolated",
+        "invert": False,
+    }
+    byte_level = {
+        "type": "ByteLevel",
+        "add_prefix_space": False,
+        "trim_offsets": False,
+        "use_regex": False,
+    }
+    model = {
+        "type": "BPE",
+        "dropout": None,
+        "unk_token": None,
+        "continuing_subword_prefix": None,
+        "end_of_word_suffix": None,
+        "fuse_unk": False,
+        "byte_fallback": False,
+        "ignore_merges": False,
+        "vocab": vocab,
+        "merges": [[names[a], names[b]] for a, b, _ in tok.merges],
+    }
+    return {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": added,
+        "normalizer": None,
+        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [split, byte_level]},
+        "post_processor": None,
+        "decoder": byte_level,
+        "model": model,
+    }
 
 
 def save_hf(tok: Tokenizer, path) -> None:
@@ -127,18 +182,24 @@ def load_gpt2(folder) -> Renumbered:
         vocab = json.loads((folder / "vocab.json").read_text(encoding="utf-8"))
         lines = (folder / "merges.txt").read_text(encoding="utf-8").splitlines()
     except (OSError, json.JSONDecodeError) as e:
-        raise UsageError(f"{folder}: cannot read a GPT-2 tokenizer (vocab.json and merges.txt): {e}") from None
+        raise UsageError(
+            f"{folder}: cannot read a GPT-2 tokenizer (vocab.json and merges.txt): {e}"
+        ) from None
     ids = {c: b for b, c in enumerate(_byte_chars())}  # token text in GPT-2's alphabet -> Frost id
     merges = []
     for n, line in enumerate(lines, 1):
         if line and not line.startswith("#version"):
             pair = line.split(" ")
             if len(pair) != 2 or not all(p in ids for p in pair):
-                raise UsageError(f"{folder / 'merges.txt'} line {n}: {line!r} is not a merge of two earlier tokens")
+                raise UsageError(
+                    f"{folder / 'merges.txt'} line {n}: {line!r} is not a merge of two earlier tokens"
+                )
             merges.append((ids[pair[0]], ids[pair[1]], ids.setdefault(pair[0] + pair[1], len(ids))))
     unknown = [t for t in ids if t not in vocab]
     if unknown:
-        raise UsageError(f"{folder / 'vocab.json'}: lacks {len(unknown)} tokens that merges.txt makes, e.g. {unknown[:3]}")
+        raise UsageError(
+            f"{folder / 'vocab.json'}: lacks {len(unknown)} tokens that merges.txt makes, e.g. {unknown[:3]}"
+        )
     special = sorted(set(vocab) - set(ids), key=vocab.get)
     tok = Tokenizer(merges, {s: len(ids) + i for i, s in enumerate(special)}, GPT2_PATTERN)
     return Renumbered(tok, [vocab[t] for t in ids] + [vocab[s] for s in special])

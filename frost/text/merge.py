@@ -28,6 +28,7 @@ with the rows used. All int64; p, e, t index rows:
                                       newest token with it, `same` the one before), its bytes at
                                       orig[pos:pos + len] (each symbol's byte offset is kept in `pos`)
 """
+
 import warnings
 
 import numba as nb
@@ -44,8 +45,10 @@ def _jit(fn):
     try:
         return nb.njit(cache=True, nogil=True)(fn)
     except RuntimeError:  # numba: "cannot cache function ...: no locator available"
-        warnings.warn("frost.text: numba has no writable cache folder, so the BPE merge loop is compiled on "
-                      "every run (seconds); set NUMBA_CACHE_DIR to a writable folder")
+        warnings.warn(
+            "frost.text: numba has no writable cache folder, so the BPE merge loop is compiled on "
+            "every run (seconds); set NUMBA_CACHE_DIR to a writable folder"
+        )
         return nb.njit(nogil=True)(fn)
 
 
@@ -64,12 +67,16 @@ def _slot(table, rows, key):
 def _sift(H, n, i, count, key):
     """Put (count, key) at row i of the heap H[:n] (top: the highest count, then the smallest key),
     moving it up past lesser parents, then down past greater children. Push: i = n - 1; pop: i = 0."""
-    while i > 0 and (H[(i - 1) >> 1, 0] < count or (H[(i - 1) >> 1, 0] == count and H[(i - 1) >> 1, 1] > key)):
+    while i > 0 and (
+        H[(i - 1) >> 1, 0] < count or (H[(i - 1) >> 1, 0] == count and H[(i - 1) >> 1, 1] > key)
+    ):
         H[i, 0], H[i, 1] = H[(i - 1) >> 1, 0], H[(i - 1) >> 1, 1]
         i = (i - 1) >> 1
     while 2 * i + 1 < n:
         c = 2 * i + 1  # the greater child
-        c += c + 1 < n and (H[c + 1, 0] > H[c, 0] or (H[c + 1, 0] == H[c, 0] and H[c + 1, 1] < H[c, 1]))
+        c += c + 1 < n and (
+            H[c + 1, 0] > H[c, 0] or (H[c + 1, 0] == H[c, 0] and H[c + 1, 1] < H[c, 1])
+        )
         if count > H[c, 0] or (count == H[c, 0] and key < H[c, 1]):
             break
         H[i, 0], H[i, 1] = H[c, 0], H[c, 1]
@@ -88,7 +95,9 @@ def _bump(P, E, table, size, key, f, w):
         size[0] += 1
     p = table[s]
     P[p, COUNT] += f
-    if P[p, HEAD] < 0 or E[P[p, HEAD], 0] != w:  # one word is processed at a time, so a repeat is the head
+    if (
+        P[p, HEAD] < 0 or E[P[p, HEAD], 0] != w
+    ):  # one word is processed at a time, so a repeat is the head
         E[size[1], 0], E[size[1], 1] = w, P[p, HEAD]
         P[p, HEAD] = size[1]
         size[1] += 1
@@ -96,9 +105,17 @@ def _bump(P, E, table, size, key, f, w):
 
 
 @_jit
-def _loop(sym, pos, orig, starts, wlen, wcount, P, E, H, T, table, byhash, size, touched, out, progress):
+def _loop(
+    sym, pos, orig, starts, wlen, wcount, P, E, H, T, table, byhash, size, touched, out, progress
+):
     for t in range(256):  # the byte tokens; orig[S + t] is byte t
-        T[t, HASH], T[t, SAME], T[t, POS], T[t, LEN], T[t, POW] = t + 1, -1, sym.shape[0] + t, 1, 257
+        T[t, HASH], T[t, SAME], T[t, POS], T[t, LEN], T[t, POW] = (
+            t + 1,
+            -1,
+            sym.shape[0] + t,
+            1,
+            257,
+        )
         byhash[_slot(byhash, T, t + 1)] = t
     for w in range(wcount.shape[0]):
         for i in range(starts[w], starts[w] + wlen[w] - 1):
@@ -125,14 +142,21 @@ def _loop(sym, pos, orig, starts, wlen, wcount, P, E, H, T, table, byhash, size,
         while c >= 0:  # a token with this hash: has it these bytes?
             k = 0
             while T[c, LEN] == la + lb > k and orig[T[c, POS] + k] == (
-                    orig[T[a, POS] + k] if k < la else orig[T[b, POS] + k - la]):
+                orig[T[a, POS] + k] if k < la else orig[T[b, POS] + k - la]
+            ):
                 k += 1
             if k == la + lb:
                 break
             c = T[c, SAME]
         if c < 0:  # new bytes: a new token, whose position is set at its first occurrence
             c = n_made
-            T[c, HASH], T[c, SAME], T[c, POS], T[c, LEN], T[c, POW] = h, byhash[s], -1, la + lb, T[a, POW] * T[b, POW]
+            T[c, HASH], T[c, SAME], T[c, POS], T[c, LEN], T[c, POW] = (
+                h,
+                byhash[s],
+                -1,
+                la + lb,
+                T[a, POW] * T[b, POW],
+            )
             byhash[s] = c
             n_made += 1
         out[m, 0], out[m, 1], out[m, 2] = a, b, c
@@ -149,7 +173,10 @@ def _loop(sym, pos, orig, starts, wlen, wcount, P, E, H, T, table, byhash, size,
                         T[c, POS] = pos[i]
                     for side in range(2):
                         if side == 0 and j > s:  # (x, a) -> (x, c)
-                            old, new = (np.int64(sym[j - 1]) << 32) | a, (np.int64(sym[j - 1]) << 32) | c
+                            old, new = (
+                                (np.int64(sym[j - 1]) << 32) | a,
+                                (np.int64(sym[j - 1]) << 32) | c,
+                            )
                         elif side == 1 and i + 2 < end:  # (b, y) -> (c, y)
                             old, new = (b << 32) | sym[i + 2], (c << 32) | sym[i + 2]
                         else:
@@ -185,12 +212,35 @@ def merge_loop(sym, starts, wcount, n_tokens, progress):
     (left, right, new id).
     """
     S = sym.shape[0]
-    rows = 3 * S + 16  # pairs, list entries, heap entries: at most S initial ones + 2 per merged occurrence
+    rows = (
+        3 * S + 16
+    )  # pairs, list entries, heap entries: at most S initial ones + 2 per merged occurrence
     # hash tables larger than what they can hold (so never full): pairs at most `rows`
-    P, E, H = np.empty((rows, 4), np.int64), np.empty((rows, 2), np.int64), np.empty((rows, 2), np.int64)
-    orig = np.concatenate([sym, np.arange(256, dtype=sym.dtype)])  # each token's bytes are somewhere here
+    P, E, H = (
+        np.empty((rows, 4), np.int64),
+        np.empty((rows, 2), np.int64),
+        np.empty((rows, 2), np.int64),
+    )
+    orig = np.concatenate(
+        [sym, np.arange(256, dtype=sym.dtype)]
+    )  # each token's bytes are somewhere here
     out = np.empty((S + 16, 3), np.int64)
-    m = _loop(sym, np.arange(S), orig, starts, np.diff(starts), wcount, P, E, H, np.empty((n_tokens, 5), np.int64),
-              np.full(1 << rows.bit_length(), -1, np.int64), np.full(1 << (4 * n_tokens).bit_length(), -1, np.int64),
-              np.zeros(2, np.int64), np.empty(rows, np.int64), out, progress)
+    m = _loop(
+        sym,
+        np.arange(S),
+        orig,
+        starts,
+        np.diff(starts),
+        wcount,
+        P,
+        E,
+        H,
+        np.empty((n_tokens, 5), np.int64),
+        np.full(1 << rows.bit_length(), -1, np.int64),
+        np.full(1 << (4 * n_tokens).bit_length(), -1, np.int64),
+        np.zeros(2, np.int64),
+        np.empty(rows, np.int64),
+        out,
+        progress,
+    )
     return out[:m].copy()

@@ -2,11 +2,21 @@
 losses (losses.py), checkpoints (checkpoint.py), metrics logs (metrics.py), plots (plot.py).
 
 Names load on first use, so the CLI can read the job configs without importing JAX."""
+
 import importlib
 
-_NAMES = {"classification_loss": "losses", "cross_entropy": "losses", "NonFiniteError": "loop",
-          "TrainState": "loop", "evaluate": "loop", "fit": "loop", "make_eval_step": "loop",
-          "make_train_step": "loop", "restore": "loop", "save": "loop"}
+_NAMES = {
+    "classification_loss": "losses",
+    "cross_entropy": "losses",
+    "NonFiniteError": "loop",
+    "TrainState": "loop",
+    "evaluate": "loop",
+    "fit": "loop",
+    "make_eval_step": "loop",
+    "make_train_step": "loop",
+    "restore": "loop",
+    "save": "loop",
+}
 __all__ = sorted(_NAMES)
 
 

@@ -28,6 +28,7 @@ their raw `key_data`; bfloat16 as its 16-bit pattern. Format 1 (one arrays.safet
 whole-file SHA-256, written before sharding, 2026-12-02) is refused by name: its reader was dropped
 to keep one checkpoint format.
 """
+
 import contextlib
 import hashlib
 import json
@@ -57,14 +58,18 @@ def _is_key(leaf) -> bool:
 
 def _names(tree) -> list:
     """(entry name, leaf) pairs; the name is the leaf's PyTree path, e.g. 'model.blocks.0.conv1.weight'."""
-    return [(jax.tree_util.keystr(path, simple=True, separator="."), leaf)
-            for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]]
+    return [
+        (jax.tree_util.keystr(path, simple=True, separator="."), leaf)
+        for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]
+    ]
 
 
 def _spec(leaf) -> tuple[str, tuple]:
     """(dtype name, shape) as stored: PRNG keys as their key data. Works on arrays and ShapeDtypeStructs."""
     if _is_key(leaf):  # key_impl takes arrays only; a ShapeDtypeStruct's key dtype names its impl
-        impl = str(jax.random.key_impl(leaf)) if isinstance(leaf, jax.Array) else leaf.dtype._impl.name
+        impl = (
+            str(jax.random.key_impl(leaf)) if isinstance(leaf, jax.Array) else leaf.dtype._impl.name
+        )
         return "key:" + impl, tuple(leaf.shape) + (2,)
     return np.dtype(leaf.dtype).name, tuple(leaf.shape)
 
@@ -87,7 +92,10 @@ def _describe(leaf):
     sharding = getattr(leaf, "sharding", None)
     if not isinstance(sharding, jax.sharding.NamedSharding):
         return None
-    return {"mesh": dict(sharding.mesh.shape), "spec": [list(p) if isinstance(p, tuple) else p for p in sharding.spec]}
+    return {
+        "mesh": dict(sharding.mesh.shape),
+        "spec": [list(p) if isinstance(p, tuple) else p for p in sharding.spec],
+    }
 
 
 def _shards(name: str, array, shape) -> list:
@@ -99,14 +107,23 @@ def _shards(name: str, array, shape) -> list:
     for device, index in array.sharding.devices_indices_map(shape).items():
         holders.setdefault(_bounds(index, shape), []).append(device)
     local = {_bounds(s.index, shape): s.data for s in array.addressable_shards}
-    replica = zlib.crc32(name.encode())  # which holder (by device id) writes each shard: spread by entry name
-    return [(bounds, sorted(devices, key=lambda d: d.id)[replica % len(devices)].process_index, local.get(bounds))
-            for bounds, devices in sorted(holders.items())]
+    replica = zlib.crc32(
+        name.encode()
+    )  # which holder (by device id) writes each shard: spread by entry name
+    return [
+        (
+            bounds,
+            sorted(devices, key=lambda d: d.id)[replica % len(devices)].process_index,
+            local.get(bounds),
+        )
+        for bounds, devices in sorted(holders.items())
+    ]
 
 
 def _barrier(name: str, count: int) -> None:
     if count > 1:
         from jax.experimental import multihost_utils
+
         multihost_utils.sync_global_devices(name)
 
 
@@ -147,29 +164,55 @@ def save(directory, step: int, tree, meta: dict | None = None, keep: int = 3) ->
     without global arrays (host values, or arrays local to each process, e.g. gathered state) is
     written by process 0 alone; the other processes return at once."""
     directory = pathlib.Path(directory)
-    sharded = any(isinstance(x, jax.Array) and not x.is_fully_addressable for x in jax.tree.leaves(tree))
-    me, count = jax.process_index(), (jax.process_count() if sharded else 1)  # count: the writing processes
+    sharded = any(
+        isinstance(x, jax.Array) and not x.is_fully_addressable for x in jax.tree.leaves(tree)
+    )
+    me, count = (
+        jax.process_index(),
+        (jax.process_count() if sharded else 1),
+    )  # count: the writing processes
     final = directory / f"step_{step:08d}"
     if me >= count:
         return final
-    filename = (lambda p: "arrays.safetensors") if count == 1 else (lambda p: f"arrays.{p}.safetensors")
+    filename = (
+        (lambda p: "arrays.safetensors") if count == 1 else (lambda p: f"arrays.{p}.safetensors")
+    )
     entries, mine = {}, {}
     for name, leaf in _names(tree):
         dtype, shape = _spec(leaf)
         parts = _shards(name, jax.random.key_data(leaf) if _is_key(leaf) else leaf, shape)
-        shards = [{"index": [list(b) for b in bounds], "file": filename(writer), "key": f"{name}#{k}"}
-                  for k, (bounds, writer, _) in enumerate(parts)]
-        mine.update({s["key"]: _stored(data) for s, (_, writer, data) in zip(shards, parts) if writer == me})
-        entries[name] = {"dtype": dtype, "shape": list(shape), "sharding": _describe(leaf), "shards": shards}
+        shards = [
+            {"index": [list(b) for b in bounds], "file": filename(writer), "key": f"{name}#{k}"}
+            for k, (bounds, writer, _) in enumerate(parts)
+        ]
+        mine.update(
+            {s["key"]: _stored(data) for s, (_, writer, data) in zip(shards, parts) if writer == me}
+        )
+        entries[name] = {
+            "dtype": dtype,
+            "shape": list(shape),
+            "sharding": _describe(leaf),
+            "shards": shards,
+        }
     with _staging(final, count) as tmp:
         atomic.write(tmp / filename(me), safetensors_bytes(mine))
         digests = _gather_digests(tmp, {k: _sha256(v) for k, v in mine.items()}, count)
         if me == 0:
             for shard in (s for entry in entries.values() for s in entry["shards"]):
                 shard["sha256"] = digests[shard["key"]]
-            manifest = {"format": FORMAT, "step": step, "processes": count, "meta": meta or {}, "entries": entries}
-            atomic.write(tmp / "manifest.json", json.dumps(manifest, separators=(",", ":")))  # compact: 2/3 of indented
-    if me == 0:  # the checkpoints before the newest `keep` (none with keep=0), and folders of killed saves
+            manifest = {
+                "format": FORMAT,
+                "step": step,
+                "processes": count,
+                "meta": meta or {},
+                "entries": entries,
+            }
+            atomic.write(
+                tmp / "manifest.json", json.dumps(manifest, separators=(",", ":"))
+            )  # compact: 2/3 of indented
+    if (
+        me == 0
+    ):  # the checkpoints before the newest `keep` (none with keep=0), and folders of killed saves
         for old in checkpoints(directory)[:-keep] + list(directory.glob("step_*.tmp")):
             shutil.rmtree(old, ignore_errors=True)
     return final
@@ -179,7 +222,11 @@ def checkpoints(directory) -> list[pathlib.Path]:
     """The checkpoints in `directory` (renamed into place, so complete when written), oldest first.
     One damaged later (its manifest deleted) is still listed: loading it fails loudly instead of
     silently rolling back to an older one. A missing `directory` holds none."""
-    return sorted(p for p in pathlib.Path(directory).glob("step_*") if p.is_dir() and not p.name.endswith(".tmp"))
+    return sorted(
+        p
+        for p in pathlib.Path(directory).glob("step_*")
+        if p.is_dir() and not p.name.endswith(".tmp")
+    )
 
 
 def latest(directory) -> pathlib.Path | None:
@@ -192,10 +239,14 @@ def read_manifest(path) -> dict:
     try:
         manifest = json.loads((path / "manifest.json").read_text())
     except (OSError, json.JSONDecodeError) as e:
-        raise CheckpointError(f"{path / 'manifest.json'}: cannot read the checkpoint's manifest ({e}); the checkpoint "
-                              f"is damaged: remove {path} to resume from the one before it") from None
+        raise CheckpointError(
+            f"{path / 'manifest.json'}: cannot read the checkpoint's manifest ({e}); the checkpoint "
+            f"is damaged: remove {path} to resume from the one before it"
+        ) from None
     if manifest.get("format") != FORMAT:
-        raise CheckpointError(f"{path / 'manifest.json'}: unknown format {manifest.get('format')!r}, expected {FORMAT!r}")
+        raise CheckpointError(
+            f"{path / 'manifest.json'}: unknown format {manifest.get('format')!r}, expected {FORMAT!r}"
+        )
     return manifest
 
 
@@ -214,9 +265,13 @@ class _Reader:
         except (OSError, SafetensorError) as e:
             raise CheckpointError(f"{file}: cannot read entry '{name}' ({e})") from e
         if _sha256(array) != shard["sha256"]:
-            raise CheckpointError(f"{file}: checksum mismatch in entry '{name}', the file is corrupt or was "
-                                  "changed after saving")
-        return array.reshape([b - a for a, b in shard["index"]])  # safetensors may store 0-d arrays as 1-d
+            raise CheckpointError(
+                f"{file}: checksum mismatch in entry '{name}', the file is corrupt or was "
+                "changed after saving"
+            )
+        return array.reshape(
+            [b - a for a, b in shard["index"]]
+        )  # safetensors may store 0-d arrays as 1-d
 
 
 def _assemble(name: str, entry: dict, leaf, read: _Reader) -> jax.Array:
@@ -224,9 +279,17 @@ def _assemble(name: str, entry: dict, leaf, read: _Reader) -> jax.Array:
     shards that overlap it (each read at most once)."""
     dtype, shape = _spec(leaf)
     if entry["dtype"] != dtype or tuple(entry["shape"]) != shape:
-        raise CheckpointError(f"{read.path / entry['shards'][0]['file']}: entry '{name}' is {entry['dtype']}"
-                              f"{entry['shape']}, but the model expects {dtype}{list(shape)}")
-    stored = np.uint16 if dtype == "bfloat16" else np.uint32 if dtype.startswith("key:") else np.dtype(dtype)
+        raise CheckpointError(
+            f"{read.path / entry['shards'][0]['file']}: entry '{name}' is {entry['dtype']}"
+            f"{entry['shape']}, but the model expects {dtype}{list(shape)}"
+        )
+    stored = (
+        np.uint16
+        if dtype == "bfloat16"
+        else np.uint32
+        if dtype.startswith("key:")
+        else np.dtype(dtype)
+    )
     cache = {}
 
     def block(index) -> np.ndarray:
@@ -239,12 +302,17 @@ def _assemble(name: str, entry: dict, leaf, read: _Reader) -> jax.Array:
                 continue
             data = cache[k] if k in cache else cache.setdefault(k, read(name, shard))
             target = tuple(slice(low - a, high - a) for low, high, (a, _) in zip(lo, hi, bounds))
-            out[target] = data[tuple(slice(low - c, high - c) for low, high, (c, _) in zip(lo, hi, shard["index"]))]
+            out[target] = data[
+                tuple(slice(low - c, high - c) for low, high, (c, _) in zip(lo, hi, shard["index"]))
+            ]
         return out.view(jnp.bfloat16) if dtype == "bfloat16" else out
 
     sharding = getattr(leaf, "sharding", None)
-    array = (jax.make_array_from_callback(shape, sharding, block) if sharding is not None else
-             jnp.asarray(block(tuple(slice(None) for _ in shape))))
+    array = (
+        jax.make_array_from_callback(shape, sharding, block)
+        if sharding is not None
+        else jnp.asarray(block(tuple(slice(None) for _ in shape)))
+    )
     return jax.random.wrap_key_data(array, impl=dtype[4:]) if dtype.startswith("key:") else array
 
 
@@ -259,8 +327,10 @@ def load(path, template, strict: bool = True):
     missing = sorted({k for k, _ in named} - set(entries))
     extra = sorted(set(entries) - {k for k, _ in named}) if strict else []
     if missing or extra:
-        raise CheckpointError(f"{path}: checkpoint and model differ: missing entries {missing[:5]}, "
-                              f"unexpected entries {extra[:5]}")
+        raise CheckpointError(
+            f"{path}: checkpoint and model differ: missing entries {missing[:5]}, "
+            f"unexpected entries {extra[:5]}"
+        )
     with contextlib.ExitStack() as stack:
         read = _Reader(path, stack)
         leaves = [_assemble(name, entries[name], leaf, read) for name, leaf in named]

@@ -10,6 +10,7 @@ loader's workers on uint8 images; normalisation runs on the device inside the ji
 Recipe (defaults): SGD with Nesterov momentum 0.9, weight decay 5e-4 on weights (not on
 BatchNorm or biases), one-cycle learning rate (Smith & Topin 2017) peaking at `lr`, batch 128.
 """
+
 import pathlib
 
 import jax.numpy as jnp
@@ -32,18 +33,36 @@ def load_data(name: str, limit: int | None = None, image_size: int = 32):
     if name in DATASETS:
         read, pad, mean, std = DATASETS[name]
         (images, labels), (test_images, test_labels) = read("train"), read("test")
-        return (data.Arrays(images[:limit], labels[:limit]), data.Arrays(test_images[:limit], test_labels[:limit]),
-                images.shape[1:], int(max(labels.max(), test_labels.max())) + 1, pad, mean, std, ())
+        return (
+            data.Arrays(images[:limit], labels[:limit]),
+            data.Arrays(test_images[:limit], test_labels[:limit]),
+            images.shape[1:],
+            int(max(labels.max(), test_labels.max())) + 1,
+            pad,
+            mean,
+            std,
+            (),
+        )
     root = pathlib.Path(name)
     if not (root / "train").is_dir():
-        raise UsageError(f"--data {name!r}: not a known data set ({', '.join(DATASETS)}) nor a folder "
-                         "with train/ (and optionally test/) image-folder sub-directories")
+        raise UsageError(
+            f"--data {name!r}: not a known data set ({', '.join(DATASETS)}) nor a folder "
+            "with train/ (and optionally test/) image-folder sub-directories"
+        )
     train = data.ImageFolder(root / "train")
     test = data.ImageFolder(root / "test") if (root / "test").is_dir() else None
     if limit:
         train.files, train.labels = train.files[:limit], train.labels[:limit]
-    return (train, test, (image_size, image_size, 3), len(train.classes), 4, (0.5,) * 3, (0.25,) * 3,
-            (data.Resize(image_size),))
+    return (
+        train,
+        test,
+        (image_size, image_size, 3),
+        len(train.classes),
+        4,
+        (0.5,) * 3,
+        (0.25,) * 3,
+        (data.Resize(image_size),),
+    )
 
 
 def normalise(x, mean, std):  # uint8 (N, H, W, C) -> float32, per-channel standardised
@@ -56,10 +75,15 @@ class ImageJob(Job):
     def data(self, cfg, run_dir, progress) -> Data:
         train, test, shape, classes, pad, mean, std, pre = load_data(cfg.data, cfg.limit)
         mean, std = jnp.asarray(mean, jnp.float32), jnp.asarray(std, jnp.float32)
-        return Data(train, test, f"{cfg.data}: {len(train)} training images {tuple(shape)}, {classes} classes",
-                    data.Compose(*pre, data.RandomCrop(shape[:2], padding=pad), data.RandomFlip()),
-                    data.Compose(*pre) if pre else None, lambda batch: (normalise(batch[0], mean, std), batch[1]),
-                    {"shape": shape, "classes": classes})
+        return Data(
+            train,
+            test,
+            f"{cfg.data}: {len(train)} training images {tuple(shape)}, {classes} classes",
+            data.Compose(*pre, data.RandomCrop(shape[:2], padding=pad), data.RandomFlip()),
+            data.Compose(*pre) if pre else None,
+            lambda batch: (normalise(batch[0], mean, std), batch[1]),
+            {"shape": shape, "classes": classes},
+        )
 
     def model(self, cfg, d, key):
         return resnet.MODELS[cfg.model](d.extra["classes"], d.extra["shape"][-1], key=key)

@@ -12,6 +12,7 @@ A job is a `Job` subclass taking its config (frost.train.configs): `data(cfg, ru
 -> Data`, `model(cfg, data, key)` and `schedule(cfg, steps)` (the learning rate, peaking at
 cfg.peak_lr), and where the defaults below do not fit, the other attributes and methods.
 """
+
 import dataclasses
 import json
 import os
@@ -33,19 +34,19 @@ RESUMABLE = {"workers", "max_steps", "on_nonfinite", "max_skips", "out", "log"}
 
 
 class Data(NamedTuple):
-    train: Any                          # a source of (x, y) samples
-    eval: Any                           # the same, or None
-    describe: str                       # for the start-up line
-    augment: Callable | None = None     # per-sample transform in the loader (training only)
+    train: Any  # a source of (x, y) samples
+    eval: Any  # the same, or None
+    describe: str  # for the start-up line
+    augment: Callable | None = None  # per-sample transform in the loader (training only)
     eval_transform: Callable | None = None
     prepare: Callable = lambda batch: batch  # on the device, inside the jitted step
     extra: dict = {}
-    per_row: int = 1                    # units (the job's `unit`) per batch row: 1 image, or seq_len tokens
+    per_row: int = 1  # units (the job's `unit`) per batch row: 1 image, or seq_len tokens
 
 
 class Job:
     unit, eval_name = "examples", "test"  # what throughput counts; how evaluation results are named
-    eval_batch = None                     # rows per evaluation batch; None: cfg.batch_size
+    eval_batch = None  # rows per evaluation batch; None: cfg.batch_size
 
     def optimizer_args(self, cfg) -> dict:
         """Extra hyper-parameters for the named optimizer (e.g. AdamW's b2)."""
@@ -59,7 +60,9 @@ class Job:
 def enable_compilation_cache(path: str | None = None) -> str:
     """Keep XLA's compiled programs on disk, so a job's second run (and every later one with the
     same shapes) skips compilation: in `path`, else $FROST_CACHE/jax (default ~/.cache/frost/jax)."""
-    path = path or os.path.join(os.environ.get("FROST_CACHE", os.path.expanduser("~/.cache/frost")), "jax")
+    path = path or os.path.join(
+        os.environ.get("FROST_CACHE", os.path.expanduser("~/.cache/frost")), "jax"
+    )
     jax.config.update("jax_compilation_cache_dir", path)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
     return path
@@ -73,19 +76,30 @@ def claim(cfg, resume: bool) -> pathlib.Path:
     mine = dataclasses.asdict(cfg)
     if resume:
         if not saved.exists():
-            raise UsageError(f"--resume: {run_dir} holds no run (no config.json); drop --resume to start one")
+            raise UsageError(
+                f"--resume: {run_dir} holds no run (no config.json); drop --resume to start one"
+            )
         try:
             theirs = json.loads(saved.read_text())
         except (OSError, json.JSONDecodeError) as e:
-            raise UsageError(f"--resume: {saved} is unreadable ({e}); start a new run with another --out") from None
-        changed = ", ".join(f"{flag(k)} {theirs.get(k)!r}, now {mine.get(k)!r}" for k in sorted(set(mine) | set(theirs))
-                            if k not in RESUMABLE and mine.get(k) != theirs.get(k))
+            raise UsageError(
+                f"--resume: {saved} is unreadable ({e}); start a new run with another --out"
+            ) from None
+        changed = ", ".join(
+            f"{flag(k)} {theirs.get(k)!r}, now {mine.get(k)!r}"
+            for k in sorted(set(mine) | set(theirs))
+            if k not in RESUMABLE and mine.get(k) != theirs.get(k)
+        )
         if changed:
-            raise UsageError(f"--resume: {run_dir} was made with other settings ({changed}); resume with the same "
-                             "options, or choose another --out")
+            raise UsageError(
+                f"--resume: {run_dir} was made with other settings ({changed}); resume with the same "
+                "options, or choose another --out"
+            )
     elif run_dir.exists() and any(run_dir.iterdir()):
-        raise UsageError(f"--out {run_dir}: already holds files from another run; pass --resume to continue "
-                         "it, or choose another --out")
+        raise UsageError(
+            f"--out {run_dir}: already holds files from another run; pass --resume to continue "
+            "it, or choose another --out"
+        )
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic.write(saved, json.dumps(mine, indent=1))
     return run_dir
@@ -94,7 +108,9 @@ def claim(cfg, resume: bool) -> pathlib.Path:
 def make_optimizer(job, cfg, steps: int):
     """The named optimizer over the job's schedule; Frost's own get the decay mask (matrices only);
     with --precision fp16, inside dynamic loss scaling."""
-    extra = {"mask": optim.decay_mask, **job.optimizer_args(cfg)} if cfg.optimizer in OPTIMIZERS else {}
+    extra = (
+        {"mask": optim.decay_mask, **job.optimizer_args(cfg)} if cfg.optimizer in OPTIMIZERS else {}
+    )
     opt = build(cfg.optimizer, job.schedule(cfg, steps), weight_decay=cfg.weight_decay, **extra)
     return precision.dynamic_scaling(opt) if cfg.precision == "fp16" else opt
 
@@ -110,30 +126,72 @@ def run(job, cfg, resume: bool = False, progress: bool = True) -> dict:
             shutil.rmtree(run_dir, ignore_errors=True)
         raise
     eval_step = loop.make_eval_step(d.prepare)
-    shard = {"process_index": jax.process_index(), "process_count": jax.process_count()}  # its share of each batch
+    shard = {
+        "process_index": jax.process_index(),
+        "process_count": jax.process_count(),
+    }  # its share of each batch
 
     def eval_fn(model):
         if d.eval is None:
             return {}
-        with fdata.Loader(d.eval, job.eval_batch or cfg.batch_size, shuffle=False, transform=d.eval_transform,
-                          workers=min(cfg.workers, 1), **shard) as batches:
+        with fdata.Loader(
+            d.eval,
+            job.eval_batch or cfg.batch_size,
+            shuffle=False,
+            transform=d.eval_transform,
+            workers=min(cfg.workers, 1),
+            **shard,
+        ) as batches:
             return loop.evaluate(model, map(place, batches), eval_step)
 
     start, first_step = time.perf_counter(), state.step
-    with fdata.Loader(d.train, cfg.batch_size, shuffle=True, seed=cfg.seed, drop_last=True, transform=d.augment,
-                      workers=cfg.workers, state=state.loader_state, **shard) as loader:
-        state = loop.fit(state, step, loader, epochs=cfg.epochs, run_dir=run_dir, eval_fn=eval_fn,
-                         meta={"config": dataclasses.asdict(cfg)}, progress=progress, max_steps=cfg.max_steps,
-                         unit=job.unit, count=lambda b: len(b[0]) * d.per_row, place=place,
-                         eval_name=job.eval_name, on_nonfinite=cfg.on_nonfinite, max_skips=cfg.max_skips,
-                         tensorboard=cfg.log == "tensorboard")
+    with fdata.Loader(
+        d.train,
+        cfg.batch_size,
+        shuffle=True,
+        seed=cfg.seed,
+        drop_last=True,
+        transform=d.augment,
+        workers=cfg.workers,
+        state=state.loader_state,
+        **shard,
+    ) as loader:
+        state = loop.fit(
+            state,
+            step,
+            loader,
+            epochs=cfg.epochs,
+            run_dir=run_dir,
+            eval_fn=eval_fn,
+            meta={"config": dataclasses.asdict(cfg)},
+            progress=progress,
+            max_steps=cfg.max_steps,
+            unit=job.unit,
+            count=lambda b: len(b[0]) * d.per_row,
+            place=place,
+            eval_name=job.eval_name,
+            on_nonfinite=cfg.on_nonfinite,
+            max_skips=cfg.max_skips,
+            tensorboard=cfg.log == "tensorboard",
+        )
     seconds = time.perf_counter() - start
-    final = state.last_eval if state.last_eval is not None and cfg.max_steps is None else eval_fn(state.model)
-    scaled = optim.find_states(state.opt_state, precision.ScaledState)  # with fp16: the overflow count
-    result = {**{f"{job.eval_name}_{k}": v for k, v in final.items()}, "steps": state.step, "skipped": state.skipped,
-              "seconds": seconds, **{"overflow_skipped": int(s.scale.skipped) for s in scaled},
-              f"{job.unit}_per_s": (state.step - first_step) * cfg.batch_size * d.per_row / seconds,
-              **job.finish(cfg, run_dir, state, d)}
+    final = (
+        state.last_eval
+        if state.last_eval is not None and cfg.max_steps is None
+        else eval_fn(state.model)
+    )
+    scaled = optim.find_states(
+        state.opt_state, precision.ScaledState
+    )  # with fp16: the overflow count
+    result = {
+        **{f"{job.eval_name}_{k}": v for k, v in final.items()},
+        "steps": state.step,
+        "skipped": state.skipped,
+        "seconds": seconds,
+        **{"overflow_skipped": int(s.scale.skipped) for s in scaled},
+        f"{job.unit}_per_s": (state.step - first_step) * cfg.batch_size * d.per_row / seconds,
+        **job.finish(cfg, run_dir, state, d),
+    }
     atomic.write(run_dir / "result.json", json.dumps(result, indent=1))
     return result
 
@@ -143,8 +201,10 @@ def _setup(job, cfg, run_dir, resume, progress):
     d = job.data(cfg, run_dir, progress)
     rows = len(d.train)
     if rows < cfg.batch_size:
-        raise UsageError(f"--batch-size {cfg.batch_size}: the training data has only {rows} examples"
-                         f"{' (--limit %d)' % cfg.limit if cfg.limit else ''}; give more data or a smaller batch")
+        raise UsageError(
+            f"--batch-size {cfg.batch_size}: the training data has only {rows} examples"
+            f"{' (--limit %d)' % cfg.limit if cfg.limit else ''}; give more data or a smaller batch"
+        )
     key = jax.random.key(cfg.seed)
     model = job.model(cfg, d, jax.random.fold_in(key, 0))
     steps = rows // cfg.batch_size * cfg.epochs
@@ -153,9 +213,17 @@ def _setup(job, cfg, run_dir, resume, progress):
     state, shardings, place = loop.distribute(state, cfg.mesh, cfg.strategy, cfg.batch_size)
     if resume:  # after distributing: each process reads only the shards it holds
         state = loop.restore(run_dir, state)
-    step = loop.make_train_step(optimizer, prepare=d.prepare, shardings=shardings,
-                                hessian=resolve(cfg.optimizer).hessian, precision=cfg.precision)
+    step = loop.make_train_step(
+        optimizer,
+        prepare=d.prepare,
+        shardings=shardings,
+        hessian=resolve(cfg.optimizer).hessian,
+        precision=cfg.precision,
+    )
     if progress:
-        print(f"{cfg.model}: {model.param_count():,} parameters; {d.describe}; {steps} steps of "
-              f"{cfg.batch_size}; {cfg.optimizer}, peak lr {cfg.peak_lr:g}; run dir {run_dir}", flush=True)
+        print(
+            f"{cfg.model}: {model.param_count():,} parameters; {d.describe}; {steps} steps of "
+            f"{cfg.batch_size}; {cfg.optimizer}, peak lr {cfg.peak_lr:g}; run dir {run_dir}",
+            flush=True,
+        )
     return d, state, step, place

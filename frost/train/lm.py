@@ -7,6 +7,7 @@ them as (x, y) windows through the same job path, loop, checkpoints and progress
 ResNet job. The model is a small GPT with rotary positions and tied embeddings; AdamW
 (b2 = 0.95) with warmup + cosine decay, weight decay on matrices only.
 """
+
 import json
 import pathlib
 import time
@@ -33,8 +34,9 @@ def read_corpus(name: str) -> str:
     try:
         return path.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
-        raise UsageError(f"--data {path}: not UTF-8 text (byte {e.start} is {e.object[e.start:e.start + 1]!r})") \
-            from None
+        raise UsageError(
+            f"--data {path}: not UTF-8 text (byte {e.start} is {e.object[e.start : e.start + 1]!r})"
+        ) from None
 
 
 def prepare_corpus(cfg: LMConfig, run_dir: pathlib.Path, progress: bool = True):
@@ -43,20 +45,28 @@ def prepare_corpus(cfg: LMConfig, run_dir: pathlib.Path, progress: bool = True):
     tok_path = run_dir / "tokenizer.json"
     if tok_path.exists():
         return text.load(tok_path)
-    corpus = read_corpus(cfg.data)[:cfg.limit]
+    corpus = read_corpus(cfg.data)[: cfg.limit]
     cut = corpus.rfind("\n", 0, int(0.95 * len(corpus))) + 1 or int(0.95 * len(corpus))
-    if len(corpus[:cut].encode()) < cfg.batch_size * cfg.seq_len + 1 or len(corpus) - cut < 2:  # a token is >= 1 byte
-        raise UsageError(f"--data {cfg.data}{' --limit %d' % cfg.limit if cfg.limit else ''}: {len(corpus):,} "
-                         f"characters is too little text for one batch of {cfg.batch_size} x {cfg.seq_len} tokens "
-                         "plus a validation part")
+    if (
+        len(corpus[:cut].encode()) < cfg.batch_size * cfg.seq_len + 1 or len(corpus) - cut < 2
+    ):  # a token is >= 1 byte
+        raise UsageError(
+            f"--data {cfg.data}{' --limit %d' % cfg.limit if cfg.limit else ''}: {len(corpus):,} "
+            f"characters is too little text for one batch of {cfg.batch_size} x {cfg.seq_len} tokens "
+            "plus a validation part"
+        )
     start = time.perf_counter()
     tok = text.train(corpus[:cut], cfg.vocab_size, progress=progress)
     for name, part in (("train.bin", corpus[:cut]), ("val.bin", corpus[cut:])):
-        atomic.write(run_dir / name, np.asarray(tok.encode(part), text.token_dtype(tok.vocab_size)).tobytes())
+        atomic.write(
+            run_dir / name, np.asarray(tok.encode(part), text.token_dtype(tok.vocab_size)).tobytes()
+        )
     text.save(tok, tok_path)
     if progress:
-        print(f"tokenizer: {tok.vocab_size} tokens, trained and applied in {time.perf_counter() - start:.1f} s",
-              flush=True)
+        print(
+            f"tokenizer: {tok.vocab_size} tokens, trained and applied in {time.perf_counter() - start:.1f} s",
+            flush=True,
+        )
     return tok
 
 
@@ -70,10 +80,15 @@ class LMJob(Job):
     def data(self, cfg, run_dir, progress) -> Data:
         tok = prepare_corpus(cfg, run_dir, progress)
         dtype = text.token_dtype(tok.vocab_size)
-        train, val = (data.TokenWindows(run_dir / f"{part}.bin", cfg.seq_len, dtype) for part in ("train", "val"))
+        train, val = (
+            data.TokenWindows(run_dir / f"{part}.bin", cfg.seq_len, dtype)
+            for part in ("train", "val")
+        )
         if len(val) == 0:
-            raise UsageError(f"--data {cfg.data}: the validation part is shorter than one window of "
-                             f"{cfg.seq_len} tokens; give more text or a smaller --seq-len")
+            raise UsageError(
+                f"--data {cfg.data}: the validation part is shorter than one window of "
+                f"{cfg.seq_len} tokens; give more text or a smaller --seq-len"
+            )
         tokens = f"{len(train) * cfg.seq_len:,} training tokens, {len(val) * cfg.seq_len:,} validation tokens"
         return Data(train, val, tokens, per_row=cfg.seq_len, extra={"tokenizer": tok})
 
@@ -87,7 +102,11 @@ class LMJob(Job):
         return {"b1": 0.9, "b2": 0.95} if cfg.optimizer in ("adam", "adamw") else {}
 
     def finish(self, cfg, run_dir, state, d):
-        return {"sample": sample(SampleConfig(str(run_dir), tokens=60), model=state.model, tok=d.extra["tokenizer"])}
+        return {
+            "sample": sample(
+                SampleConfig(str(run_dir), tokens=60), model=state.model, tok=d.extra["tokenizer"]
+            )
+        }
 
 
 def load_run(run_dir):
@@ -100,7 +119,9 @@ def load_run(run_dir):
     tok = text.load(run_dir / "tokenizer.json")
     path = checkpoint.latest(run_dir / "checkpoints")
     if path is None:
-        raise UsageError(f"{run_dir / 'checkpoints'}: no checkpoint to sample from (did training finish an epoch?)")
+        raise UsageError(
+            f"{run_dir / 'checkpoints'}: no checkpoint to sample from (did training finish an epoch?)"
+        )
     template = jax.eval_shape(lambda k: build_model(cfg, tok.vocab_size, k), jax.random.key(0))
     return checkpoint.load(path, {"model": template}, strict=False)[0]["model"], tok
 
@@ -110,16 +131,25 @@ def sample(cfg: SampleConfig, model=None, tok=None) -> str:
     Hugging Face GPT-2 folder `cfg.hf` (its weights and tokenizer, frost.interop)."""
     if model is None and cfg.hf:
         from frost import interop
+
         model, tok = interop.load_hf_gpt2(cfg.hf), text.io.load_gpt2(cfg.hf)
     elif model is None:
         model, tok = load_run(cfg.run_dir)
     ids = tok.encode(cfg.prompt)
     room = model.max_len - len(ids)
     if cfg.tokens > room:
-        raise UsageError(f"--tokens {cfg.tokens}: the model sees {model.max_len} tokens and the prompt has "
-                         f"{len(ids)}; ask for at most {max(room, 0)}")
+        raise UsageError(
+            f"--tokens {cfg.tokens}: the model sees {model.max_len} tokens and the prompt has "
+            f"{len(ids)}; ask for at most {max(room, 0)}"
+        )
     if cfg.top_k is not None and cfg.top_k > tok.vocab_size:
         raise UsageError(f"--top-k {cfg.top_k}: the vocabulary has only {tok.vocab_size} tokens")
-    out = gpt.generate(model, jnp.asarray([ids], jnp.int32), cfg.tokens, key=jax.random.key(cfg.seed),
-                       temperature=cfg.temperature, top_k=cfg.top_k)
+    out = gpt.generate(
+        model,
+        jnp.asarray([ids], jnp.int32),
+        cfg.tokens,
+        key=jax.random.key(cfg.seed),
+        temperature=cfg.temperature,
+        top_k=cfg.top_k,
+    )
     return tok.decode(np.asarray(out[0]).tolist())

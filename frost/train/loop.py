@@ -19,6 +19,7 @@ dispatching the next, so the host never waits for the device between steps. Dete
 of step t is `fold_in(key, t)`, and the loader's position is saved in each checkpoint, so a
 resumed run repeats an uninterrupted one exactly on CPU.
 """
+
 import dataclasses
 import pathlib
 import time
@@ -30,7 +31,14 @@ from tqdm import tqdm
 from frost import nn, parallel
 from frost.config import FrostError
 from frost.nn import precision as mixed
-from frost.optim import all_finite, apply_updates, find_states, get_hyperparams, global_norm, update_hessian
+from frost.optim import (
+    all_finite,
+    apply_updates,
+    find_states,
+    get_hyperparams,
+    global_norm,
+    update_hessian,
+)
 from frost.train import checkpoint, metrics as metrics_log
 from frost.train.losses import HESSIAN, classification_loss, eval_sums
 
@@ -55,8 +63,13 @@ class TrainState:
         return {"model": self.model, "opt_state": self.opt_state, "key": self.key}
 
 
-def train_step(optimizer, loss_fn=classification_loss, prepare=lambda batch: batch, hessian: str | None = None,
-               precision: str = "fp32"):
+def train_step(
+    optimizer,
+    loss_fn=classification_loss,
+    prepare=lambda batch: batch,
+    hessian: str | None = None,
+    precision: str = "fp32",
+):
     """The pure step `(model, opt_state, batch, key) -> (model, opt_state, metrics)`, unjitted (so
     it can be vmapped, e.g. over a grid of hyper-parameters held in stacked optimizer states);
     `prepare` maps the loader's batch to the loss function's (e.g. uint8 images to floats).
@@ -69,29 +82,51 @@ def train_step(optimizer, loss_fn=classification_loss, prepare=lambda batch: bat
         raise ValueError(f"hessian={hessian!r}: choose one of {', '.join(HESSIAN)}")
     policy = mixed.policy(precision)
 
-    def objective(model, batch, key, scale=1.0):  # the loss (times `scale`) in the compute dtype, returned in float32
-        loss, (stats_model, metrics) = loss_fn(policy.cast_to_compute(model), policy.cast_to_compute(batch), key)
+    def objective(
+        model, batch, key, scale=1.0
+    ):  # the loss (times `scale`) in the compute dtype, returned in float32
+        loss, (stats_model, metrics) = loss_fn(
+            policy.cast_to_compute(model), policy.cast_to_compute(batch), key
+        )
         return policy.cast_to_output(loss) * scale, (policy.cast_to_param(stats_model), metrics)
 
     def step(model, opt_state, batch, key):
         batch = prepare(batch)
         scaled = find_states(opt_state, mixed.ScaledState)
         if precision == "fp16" and not scaled:
-            raise ValueError("precision='fp16' needs the optimizer wrapped in frost.nn.precision.dynamic_scaling")
-        scale = scaled[0].scale.scale if scaled else jnp.float32(1)  # fp16: the gradient is of loss * scale
-        (loss, (stats_model, metrics)), grads = jax.value_and_grad(objective, has_aux=True)(model, batch, key, scale)
+            raise ValueError(
+                "precision='fp16' needs the optimizer wrapped in frost.nn.precision.dynamic_scaling"
+            )
+        scale = (
+            scaled[0].scale.scale if scaled else jnp.float32(1)
+        )  # fp16: the gradient is of loss * scale
+        (loss, (stats_model, metrics)), grads = jax.value_and_grad(objective, has_aux=True)(
+            model, batch, key, scale
+        )
         loss = loss / scale
-        new_opt_state = (opt_state if hessian is None else  # Sophia: refresh the Hessian estimate first
-                         update_hessian(opt_state, lambda: HESSIAN[hessian](objective, model, batch, key)))
+        new_opt_state = (
+            opt_state
+            if hessian is None
+            # Sophia: refresh the Hessian estimate first
+            else update_hessian(opt_state, lambda: HESSIAN[hessian](objective, model, batch, key))
+        )
         updates, new_opt_state = optimizer.update(grads, new_opt_state, model)
         new_model = nn.update_buffers(apply_updates(model, updates), stats_model)
         finite = jnp.isfinite(loss) & all_finite(new_model) & all_finite(new_opt_state)
-        finite = finite if scaled else finite & all_finite(grads)  # dynamic_scaling handles overflowing grads
+        finite = (
+            finite if scaled else finite & all_finite(grads)
+        )  # dynamic_scaling handles overflowing grads
         keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(finite, a, b), new, old)  # noqa: E731
         metrics = dict(metrics, loss=loss, finite=finite, grad_norm=global_norm(grads) / scale)
-        metrics.update({"overflow_skipped": s.scale.skipped for s in find_states(new_opt_state, mixed.ScaledState)})
+        metrics.update(
+            {
+                "overflow_skipped": s.scale.skipped
+                for s in find_states(new_opt_state, mixed.ScaledState)
+            }
+        )
         metrics.update(_learning_rate(new_opt_state))
         return keep(new_model, model), keep(new_opt_state, opt_state), metrics
+
     return step
 
 
@@ -104,8 +139,14 @@ def _learning_rate(opt_state) -> dict:
     return {"learning_rate": rates[0]} if rates else {}
 
 
-def make_train_step(optimizer, loss_fn=classification_loss, prepare=lambda batch: batch, shardings=None,
-                    hessian: str | None = None, precision: str = "fp32"):
+def make_train_step(
+    optimizer,
+    loss_fn=classification_loss,
+    prepare=lambda batch: batch,
+    shardings=None,
+    hessian: str | None = None,
+    precision: str = "fp32",
+):
     """`train_step(...)` jitted, its model and optimizer state donated. `shardings=(model,
     opt_state, batch)` (see frost.parallel) pins the layout of inputs and outputs on a mesh; the
     step itself is the same function on one device or many."""
@@ -114,8 +155,12 @@ def make_train_step(optimizer, loss_fn=classification_loss, prepare=lambda batch
         return jax.jit(step, donate_argnums=(0, 1))
     model_sh, opt_sh, batch_sh = shardings
     whole = jax.sharding.NamedSharding(batch_sh.mesh, jax.sharding.PartitionSpec())
-    return jax.jit(step, donate_argnums=(0, 1), in_shardings=(model_sh, opt_sh, batch_sh, whole),
-                   out_shardings=(model_sh, opt_sh, whole))
+    return jax.jit(
+        step,
+        donate_argnums=(0, 1),
+        in_shardings=(model_sh, opt_sh, batch_sh, whole),
+        out_shardings=(model_sh, opt_sh, whole),
+    )
 
 
 def make_eval_step(prepare=lambda batch: batch):
@@ -139,10 +184,15 @@ def distribute(state: TrainState, mesh: str | None, strategy: str, batch_size: i
     the state is unchanged and batches go to the default device."""
     if not mesh:
         return state, None, lambda batch: batch
-    tree, sh, batch_sh = parallel.distribute({"model": state.model, "opt_state": state.opt_state}, mesh,
-                                             strategy, batch_size)
+    tree, sh, batch_sh = parallel.distribute(
+        {"model": state.model, "opt_state": state.opt_state}, mesh, strategy, batch_size
+    )
     state = dataclasses.replace(state, **tree)
-    return state, (sh["model"], sh["opt_state"], batch_sh), lambda batch: parallel.global_batch(batch, batch_sh)
+    return (
+        state,
+        (sh["model"], sh["opt_state"], batch_sh),
+        lambda batch: parallel.global_batch(batch, batch_sh),
+    )
 
 
 def restore(run_dir, state: TrainState) -> TrainState:
@@ -151,13 +201,17 @@ def restore(run_dir, state: TrainState) -> TrainState:
     if path is None:
         return state
     tree, meta = checkpoint.load(path, state.tree())  # model, opt_state, key
-    return TrainState(**tree, step=meta["step"], loader_state=meta.get("loader"), skipped=meta.get("skipped", 0))
+    return TrainState(
+        **tree, step=meta["step"], loader_state=meta.get("loader"), skipped=meta.get("skipped", 0)
+    )
 
 
 def save(run_dir, state: TrainState, keep: int = 3, **meta) -> pathlib.Path:
     """Checkpoint `state`: every process calls it and writes the shards it holds (no gather)."""
     meta = dict(meta, step=state.step, loader=state.loader_state, skipped=state.skipped)
-    return checkpoint.save(pathlib.Path(run_dir) / "checkpoints", state.step, state.tree(), meta, keep)
+    return checkpoint.save(
+        pathlib.Path(run_dir) / "checkpoints", state.step, state.tree(), meta, keep
+    )
 
 
 class _Policy:
@@ -177,17 +231,39 @@ class _Policy:
         if self.mode == "skip" and self.in_a_row < self.max_skips:
             return dataclasses.replace(state, skipped=state.skipped + 1)
         last = checkpoint.latest(self.run_dir / "checkpoints")
-        why = (f"{self.in_a_row} steps in a row were non-finite and skipped (--max-skips {self.max_skips})"
-               if self.mode == "skip" else "training stopped before applying it")
-        raise NonFiniteError(f"step {state.step}: non-finite loss, gradients or update (loss="
-                             f"{float(pending['loss'])}); {why}. The last checkpoint, {last or 'none yet'}, "
-                             "holds finite parameters and optimizer state. Lower --lr, or try --on-nonfinite skip")
+        why = (
+            f"{self.in_a_row} steps in a row were non-finite and skipped (--max-skips {self.max_skips})"
+            if self.mode == "skip"
+            else "training stopped before applying it"
+        )
+        raise NonFiniteError(
+            f"step {state.step}: non-finite loss, gradients or update (loss="
+            f"{float(pending['loss'])}); {why}. The last checkpoint, {last or 'none yet'}, "
+            "holds finite parameters and optimizer state. Lower --lr, or try --on-nonfinite skip"
+        )
 
 
-def fit(state: TrainState, train_step, loader, *, epochs: int, run_dir, eval_fn=None, keep: int = 3,
-        log_every: int = 20, meta: dict | None = None, progress: bool = True, max_steps: int | None = None,
-        unit: str = "images", count=lambda batch: len(jax.tree.leaves(batch)[0]), place=lambda batch: batch,
-        eval_name: str = "test", on_nonfinite: str = "stop", max_skips: int = 10, tensorboard: bool = False):
+def fit(
+    state: TrainState,
+    train_step,
+    loader,
+    *,
+    epochs: int,
+    run_dir,
+    eval_fn=None,
+    keep: int = 3,
+    log_every: int = 20,
+    meta: dict | None = None,
+    progress: bool = True,
+    max_steps: int | None = None,
+    unit: str = "images",
+    count=lambda batch: len(jax.tree.leaves(batch)[0]),
+    place=lambda batch: batch,
+    eval_name: str = "test",
+    on_nonfinite: str = "stop",
+    max_skips: int = 10,
+    tensorboard: bool = False,
+):
     """Train until `loader.epoch == epochs` (or `max_steps`), checkpointing after every epoch.
 
     `loader` is positioned already (a `frost.data.Loader` built with `state=state.loader_state`).
@@ -198,30 +274,54 @@ def fit(state: TrainState, train_step, loader, *, epochs: int, run_dir, eval_fn=
     `tensorboard=True` also writes the records as TensorBoard scalars in `run_dir/tensorboard`.
     """
     if len(loader) == 0:
-        raise ValueError("fit: the loader yields no batches (fewer samples than one batch, with drop_last)")
+        raise ValueError(
+            "fit: the loader yields no batches (fewer samples than one batch, with drop_last)"
+        )
     run_dir = pathlib.Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     with metrics_log.Log(run_dir, state.step, tensorboard) as log:
         while loader.epoch < epochs and (max_steps is None or state.step < max_steps):
             epoch, policy = loader.epoch, _Policy(on_nonfinite, max_skips, run_dir)
             seen, t0, pending = 0, time.perf_counter(), None
-            with tqdm(total=len(loader), initial=loader.batch, desc=f"epoch {epoch + 1}/{epochs}",
-                      disable=not progress, dynamic_ncols=True, leave=True) as bar:  # closed before an error shows
+            with tqdm(
+                total=len(loader),
+                initial=loader.batch,
+                desc=f"epoch {epoch + 1}/{epochs}",
+                disable=not progress,
+                dynamic_ncols=True,
+                leave=True,
+            ) as bar:  # closed before an error shows
                 for batch in loader:
-                    model, opt_state, metrics = train_step(state.model, state.opt_state, place(batch),
-                                                           _fold_in(state.key, state.step))
+                    model, opt_state, metrics = train_step(
+                        state.model, state.opt_state, place(batch), _fold_in(state.key, state.step)
+                    )
                     state = policy(pending, state)  # the previous step's flag, while this one runs
                     pending = metrics
-                    state = dataclasses.replace(state, model=model, opt_state=opt_state, step=state.step + 1,
-                                                loader_state=loader.state())
+                    state = dataclasses.replace(
+                        state,
+                        model=model,
+                        opt_state=opt_state,
+                        step=state.step + 1,
+                        loader_state=loader.state(),
+                    )
                     seen += count(batch)
                     bar.update(1)
-                    if state.step % log_every == 0 and bool(metrics["finite"]):  # waits for this step anyway
+                    if state.step % log_every == 0 and bool(
+                        metrics["finite"]
+                    ):  # waits for this step anyway
                         state, pending = policy(pending, state), None
                         rate = seen / (time.perf_counter() - t0)
-                        record = {"step": state.step, "epoch": epoch, "loss": float(metrics["loss"]),
-                                  f"{unit}_per_s": rate,
-                                  **{k: float(v) for k, v in metrics.items() if k not in ("loss", "finite")}}
+                        record = {
+                            "step": state.step,
+                            "epoch": epoch,
+                            "loss": float(metrics["loss"]),
+                            f"{unit}_per_s": rate,
+                            **{
+                                k: float(v)
+                                for k, v in metrics.items()
+                                if k not in ("loss", "finite")
+                            },
+                        }
                         if state.skipped:
                             record["skipped"] = state.skipped
                         log.write(record)
@@ -232,9 +332,18 @@ def fit(state: TrainState, train_step, loader, *, epochs: int, run_dir, eval_fn=
             if loader.epoch > epoch and eval_fn is not None:
                 result = eval_fn(state.model)
                 state = dataclasses.replace(state, last_eval=result)
-                log.write({"step": state.step, "epoch": epoch, **{f"{eval_name}_{k}": v for k, v in result.items()}})
+                log.write(
+                    {
+                        "step": state.step,
+                        "epoch": epoch,
+                        **{f"{eval_name}_{k}": v for k, v in result.items()},
+                    }
+                )
                 if progress:
-                    print(f"epoch {epoch + 1}: " + ", ".join(f"{eval_name} {k} {v:.4f}" for k, v in result.items()),
-                          flush=True)
+                    print(
+                        f"epoch {epoch + 1}: "
+                        + ", ".join(f"{eval_name} {k} {v:.4f}" for k, v in result.items()),
+                        flush=True,
+                    )
             save(run_dir, state, keep, **(meta or {}))
     return state

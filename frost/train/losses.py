@@ -3,6 +3,7 @@ classification (logits (N, K), labels (N,)) and language modelling (logits (B, T
 (B, T)) are the same softmax cross-entropy over every position, so both jobs share one loss, one
 evaluation step and one pair of Hessian estimators for Sophia.
 """
+
 import jax
 import jax.numpy as jnp
 
@@ -21,7 +22,9 @@ def correct(logits, labels):  # (..., V), (...) -> (...) bool
     top = jnp.max(logits, -1, keepdims=True)  # (..., 1)
     picked = jnp.take_along_axis(logits, labels[..., None].astype(jnp.int32), -1)  # (..., 1)
     index = jax.lax.broadcasted_iota(jnp.int32, logits.shape, logits.ndim - 1)  # (..., V)
-    earlier = jnp.any((logits == top) & (index < labels[..., None]), -1)  # (...): a maximum before the label
+    earlier = jnp.any(
+        (logits == top) & (index < labels[..., None]), -1
+    )  # (...): a maximum before the label
     return (picked == top)[..., 0] & ~earlier
 
 
@@ -29,7 +32,10 @@ def classification_loss(model, batch, key):
     """Softmax cross-entropy in training mode: `(loss, (model with new BatchNorm statistics, metrics))`."""
     x, labels = batch
     logits, stats_model = nn.apply(model, x, train=True, key=key)
-    return cross_entropy(logits, labels), (stats_model, {"accuracy": jnp.mean(correct(logits, labels))})
+    return cross_entropy(logits, labels), (
+        stats_model,
+        {"accuracy": jnp.mean(correct(logits, labels))},
+    )
 
 
 def eval_sums(model, batch):
@@ -37,13 +43,19 @@ def eval_sums(model, batch):
     x, labels = batch
     logits = model(x)
     count = labels.size
-    return {"loss_sum": cross_entropy(logits, labels) * count, "correct": jnp.sum(correct(logits, labels)),
-            "count": count}
+    return {
+        "loss_sum": cross_entropy(logits, labels) * count,
+        "correct": jnp.sum(correct(logits, labels)),
+        "count": count,
+    }
 
 
 # Sophia's Hessian-diagonal estimators (Liu et al. 2023) for this loss, as the training step calls them.
 HESSIAN = {
     "gnb": lambda loss_fn, model, batch, key: gauss_newton_bartlett(
-        lambda m: nn.apply(m, batch[0], train=True, key=key)[0], model, key=key),
-    "hutchinson": lambda loss_fn, model, batch, key: hutchinson(lambda m: loss_fn(m, batch, key)[0], model, key=key),
+        lambda m: nn.apply(m, batch[0], train=True, key=key)[0], model, key=key
+    ),
+    "hutchinson": lambda loss_fn, model, batch, key: hutchinson(
+        lambda m: loss_fn(m, batch, key)[0], model, key=key
+    ),
 }

@@ -5,6 +5,7 @@ A crash can cut the last line short, and a run resumed from an earlier checkpoin
 steps after it; `read` skips a cut last line (only the last: damage elsewhere is an error), and
 `rewind` drops the records past the step a run resumes from, so no step is logged twice.
 """
+
 import contextlib
 import json
 import pathlib
@@ -52,6 +53,7 @@ class Log(contextlib.ExitStack):
         self.file, self.board = self.enter_context(open(run_dir / "metrics.jsonl", "a")), None
         if tensorboard:
             from tensorboardX import SummaryWriter
+
             self.board = self.enter_context(SummaryWriter(str(run_dir / "tensorboard")))
 
     def write(self, record: dict) -> None:

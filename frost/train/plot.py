@@ -1,4 +1,5 @@
 """`frost plot RUN_DIR`: loss and accuracy curves from `metrics.jsonl` to `RUN_DIR/curves.png`."""
+
 import pathlib
 
 from frost import atomic
@@ -9,16 +10,26 @@ from frost.train.metrics import read
 def plot(run_dir, out=None) -> pathlib.Path:
     needs("matplotlib", "frost plot", "'frost[plot]'")
     from matplotlib.figure import Figure
+
     records = read(pathlib.Path(run_dir) / "metrics.jsonl")
     fig = Figure(figsize=(10, 4))
     ax_loss, ax_acc = fig.subplots(1, 2)
     # each curve where logged: test_ and validation_ keys are what fit(eval_name=...) logged after each epoch
-    for ax, key, label in ((ax_loss, "loss", "train"), (ax_loss, "test_loss", "test"),
-                           (ax_loss, "validation_loss", "validation"), (ax_acc, "accuracy", "train"),
-                           (ax_acc, "test_accuracy", "test")):
+    for ax, key, label in (
+        (ax_loss, "loss", "train"),
+        (ax_loss, "test_loss", "test"),
+        (ax_loss, "validation_loss", "validation"),
+        (ax_acc, "accuracy", "train"),
+        (ax_acc, "test_accuracy", "test"),
+    ):
         rows = [r for r in records if key in r]
         if rows:
-            ax.plot([r["step"] for r in rows], [r[key] for r in rows], "-" if label == "train" else "o-", label=label)
+            ax.plot(
+                [r["step"] for r in rows],
+                [r[key] for r in rows],
+                "-" if label == "train" else "o-",
+                label=label,
+            )
     for ax, name in ((ax_loss, "loss"), (ax_acc, "accuracy")):
         ax.set_xlabel("step")
         ax.set_ylabel(name)
