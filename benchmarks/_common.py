@@ -26,7 +26,8 @@ import traceback
 
 from frost.cli import huge_pages
 
-huge_pages()  # every row, Frost's and its peers', runs under the malloc setting of the `frost` command
+# every row, Frost's and its peers', runs under the malloc setting of the `frost` command
+huge_pages()
 LOAD_AT_START = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
 
 
@@ -46,7 +47,8 @@ class Timing:
 
 
 def measure(step, sync, *, warmup: int = 2, steps: int = 5, inner: int = 1) -> Timing:
-    """Time `step()` as the module docstring says; `sync(out)` waits for `out` and returns its loss."""
+    """Time `step()` as the module docstring says; `sync(out)` waits for `out` and returns its
+    loss."""
     t0 = time.perf_counter()
     sync(step())
     first = time.perf_counter() - t0
@@ -104,7 +106,8 @@ class Row:
 
 
 def attempt(rows: list, model: str, framework: str, batch: int, fn, baseline: bool = False) -> Row:
-    """Run `fn() -> Timing` and append its row; an exception becomes the row's error and is printed."""
+    """Run `fn() -> Timing` and append its row; an exception becomes the row's error and is
+    printed."""
     print(f"[{model}] {framework} ...", file=sys.stderr, flush=True)
     try:
         row = Row(model, framework, batch, fn(), baseline=baseline)
@@ -115,7 +118,7 @@ def attempt(rows: list, model: str, framework: str, batch: int, fn, baseline: bo
             file=sys.stderr,
             flush=True,
         )
-    except Exception as e:  # noqa: BLE001 - a failing peer must not stop the others
+    except Exception as e:
         traceback.print_exc()
         row = Row(
             model, framework, batch, error=one_line(f"{type(e).__name__}: {e}"), baseline=baseline
@@ -180,7 +183,7 @@ def versions(*names) -> str:
         if module is None:
             try:
                 module = __import__(name)
-            except Exception:  # noqa: BLE001 - a missing peer is reported in its own row
+            except Exception:
                 continue
         found.append(f"{name} {getattr(module, '__version__', '?')}")
     return ", ".join(found)
@@ -198,7 +201,8 @@ def command() -> str:
 
 
 def header(title: str, gpu: str | None = None, libraries=()) -> str:
-    """Title, date, machine (lscpu model name and cores, the GPU if any), library versions, command."""
+    """Title, date, machine (lscpu model name and cores, the GPU if any), library versions,
+    command."""
     machine = f"{cpu_model()}, {cores()} cores" + (f"; GPU: {gpu}" if gpu else "")
     lines = [
         f"### {title}",
@@ -226,9 +230,8 @@ class Publisher:
     def __call__(self, report, final=False):
         if not self.path:
             return
-        if (
-            self.start is None
-        ):  # not a regular file (/dev/null, a pipe): write the final report only
+        # not a regular file (/dev/null, a pipe): write the final report only
+        if self.start is None:
             if final:
                 with open(self.path, "a") as f:
                     f.write(report + "\n\n")

@@ -1,9 +1,9 @@
 """Attention throughput: Frost's Pallas flash attention beside jax.nn.dot_product_attention.
 
-    python benchmarks/attention.py            # GPU: T = 1k, 4k, 16k; D = 64, 128; causal or not; bf16
-    python benchmarks/attention.py --seq 1024,2048,4096,8192,16384          # every length
-    python benchmarks/attention.py --quick    # smoke run: T = 1k, D = 64 on a GPU (tiny shapes on a CPU)
-    python benchmarks/attention.py --seq 4096 --head-dims 128 --tune    # time other BlockSizes
+    python benchmarks/attention.py            # GPU: T = 1k, 4k, 16k; D = 64, 128; causal or not;
+    bf16 python benchmarks/attention.py --seq 1024,2048,4096,8192,16384          # every length
+    python benchmarks/attention.py --quick    # smoke run: T = 1k, D = 64 on a GPU (tiny shapes on a
+    CPU) python benchmarks/attention.py --seq 4096 --head-dims 128 --tune    # time other BlockSizes
 
 On a GPU, three implementations of the same multi-head attention, in bf16:
 
@@ -40,10 +40,10 @@ import jax
 import jax.numpy as jnp
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import header, jax_wait, measure, one_line  # noqa: E402
+from _common import header, jax_wait, measure, one_line
 
-from frost.kernels.attention import BlockSizes, attention_reference, flash_attention  # noqa: E402
-from frost.nn.attention import dot_product_attention  # noqa: E402
+from frost.kernels.attention import BlockSizes, attention_reference, flash_attention
+from frost.nn.attention import dot_product_attention
 
 PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0}  # dense bf16
 
@@ -54,11 +54,12 @@ def implementations(gpu: bool, blocks: BlockSizes | None = None):
             "frost.nn (xla)": functools.partial(dot_product_attention, implementation="xla"),
             "reference (jnp)": attention_reference,
         }
-    nn_attention = lambda impl: (
-        lambda q, k, v, causal: jax.nn.dot_product_attention(  # noqa: E731
+
+    def nn_attention(impl):
+        return lambda q, k, v, causal: jax.nn.dot_product_attention(
             q, k, v, is_causal=causal, implementation=impl
         )
-    )
+
     return {
         "frost": functools.partial(flash_attention, block_sizes=blocks),
         "jax.nn-cudnn": nn_attention("cudnn"),
@@ -152,11 +153,12 @@ def tune(seqs, head_dims, dtype):
                             )
                             results.append((s, c))
                             print(
-                                f"tune T={t} D={d} causal={causal} {'fwd+bwd' if backward else 'fwd'} {c}: "
+                                f"tune T={t} D={d} causal={causal} "
+                                f"{'fwd+bwd' if backward else 'fwd'} {c}: "
                                 f"{flops(b, t, h, d, causal, backward) / s / 1e12:.0f} TFLOP/s",
                                 flush=True,
                             )
-                        except Exception as e:  # noqa: BLE001 - a configuration may not fit the chip
+                        except Exception as e:
                             print(
                                 f"tune {c}: failed: {one_line(f'{type(e).__name__}: {e}')}",
                                 flush=True,
@@ -184,7 +186,7 @@ def measure_all(impls, frost_name, dims, seqs, gpu, dtype, peak, lines):
                         try:
                             s = time_one(step_fn(attend, causal, backward), args_)
                             tflops[name] = (s, flops(b, t, h, d, causal, backward) / s / 1e12)
-                        except Exception as e:  # noqa: BLE001 - a failing peer must not stop the others
+                        except Exception as e:
                             traceback.print_exc()
                             tflops[name] = (None, one_line(f"{type(e).__name__}: {e}"))
                     ours = tflops[frost_name][0] and tflops[frost_name][1]
@@ -244,8 +246,8 @@ def main(argv=None):
     if gpu:
         errors = check_kernel()
         notes.append(
-            "kernel vs reference (B=2, T=S=1000, H=4, D=128, bf16, causal, key padding mask), max abs "
-            "error (max abs of the reference): "
+            "kernel vs reference (B=2, T=S=1000, H=4, D=128, bf16, causal, key padding mask), max "
+            "abs error (max abs of the reference): "
             + ", ".join(f"{n} {e:.2e} ({r:.2f})" for n, (e, r) in errors.items())
         )
         print(notes[-1], file=sys.stderr, flush=True)
@@ -267,9 +269,8 @@ def main(argv=None):
     lines = []
     try:
         measure_all(impls, frost_name, dims, seqs, gpu, dtype, peak, lines)
-    except (
-        KeyboardInterrupt
-    ):  # Ctrl-C or `timeout -s INT` (benchmarks/gpu.sh): print what was measured
+    # Ctrl-C or `timeout -s INT` (benchmarks/gpu.sh): print what was measured
+    except KeyboardInterrupt:
         notes.append("interrupted: the rows above are the shapes measured before the time limit")
 
     title = "Attention throughput" + ("" if gpu else " (CPU: sanity check only)")

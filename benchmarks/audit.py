@@ -1,4 +1,5 @@
-"""`frost audit`'s engine: K runs vmapped in one compiled program against the same K runs one at a time.
+"""`frost audit`'s engine: K runs vmapped in one compiled program against the same K runs one at a
+time.
 
     python benchmarks/audit.py            # image-s, gpt-s, image-m, gpt-m; K = 3, 8, 24; 100 steps
     python benchmarks/audit.py --quick    # image-s; K = 3, 8; 50 steps
@@ -21,9 +22,9 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import Publisher, header  # noqa: E402
+from _common import Publisher, header
 
-from frost.audit import engine, protocol, workloads  # noqa: E402
+from frost.audit import engine, protocol, workloads
 
 
 def timed(fn) -> float:
@@ -36,9 +37,8 @@ def compare(wl, data, k, steps, repeats):
     engine._programs.clear()  # both sides compile afresh
     trials = protocol.grid("adamw", None, wl.lr)
     group = engine.Group([engine.Run(trials[i % len(trials)], 0, steps) for i in range(k)], {})
-    compile_k = timed(
-        lambda: engine.run_group(wl, data, "adamw", group)
-    )  # compiles, then trains once
+    # compiles, then trains once
+    compile_k = timed(lambda: engine.run_group(wl, data, "adamw", group))
     compile_1 = timed(lambda: engine.run_group(wl, data, "adamw", engine.Group(group.runs[:1], {})))
     together = min(
         timed(lambda: engine.run_group(wl, data, "adamw", group)) for _ in range(repeats)
@@ -49,8 +49,9 @@ def compare(wl, data, k, steps, repeats):
     )
     compile_k, compile_1 = compile_k - together, compile_1 - alone / k
     return (
-        f"| {wl.name} | {k} | {steps} | {k / together:.2f} | {k / alone:.2f} | {alone / together:.2f} | "
-        f"{compile_k:.1f} | {compile_1:.1f} | {(alone + k * compile_1) / (together + compile_k):.2f} |"
+        f"| {wl.name} | {k} | {steps} | {k / together:.2f} | {k / alone:.2f} | "
+        f"{alone / together:.2f} | {compile_k:.1f} | {compile_1:.1f} | "
+        f"{(alone + k * compile_1) / (together + compile_k):.2f} |"
     )
 
 
@@ -66,8 +67,8 @@ def main():
         else (["image-s", "gpt-s", "image-m", "gpt-m"], (3, 8, 24), 100)
     )
     lines = [
-        "| workload | K | steps | vmapped runs/s | one at a time runs/s | vmapped/one at a time | compile s (K) | "
-        "compile s (1) | with compiles |",
+        "| workload | K | steps | vmapped runs/s | one at a time runs/s | vmapped/one at a time | "
+        "compile s (K) | compile s (1) | with compiles |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     data = {}

@@ -1,7 +1,9 @@
-"""Frost's byte-level BPE against HF tokenizers, SentencePiece and tiktoken, on the King James Bible.
+"""Frost's byte-level BPE against HF tokenizers, SentencePiece and tiktoken, on the King James
+Bible.
 
-    flock /tmp/frost-bench.lock python benchmarks/bpe.py            # KJV and KJV x12 (~50 MB), vocab 4096 and 16384, 5 repeats
-    flock /tmp/frost-bench.lock python benchmarks/bpe.py --quick    # KJV, vocab 4096 (smoke check)
+    flock /tmp/frost-bench.lock python benchmarks/bpe.py            # KJV and KJV x12 (~50 MB),
+    vocab 4096 and 16384, 5 repeats flock /tmp/frost-bench.lock python benchmarks/bpe.py --quick
+    # KJV, vocab 4096 (smoke check)
 
 Training: Frost `train(text, V)` (counting spread over all cores); HF `BpeTrainer` on the lines with
 the same regex and byte-level alphabet (its default thread count, i.e. all cores); SentencePiece BPE
@@ -44,7 +46,8 @@ from frost.text import (
 
 
 def hf_train(lines, vocab_size):
-    from tokenizers import Regex, Tokenizer as HF, models, pre_tokenizers, trainers
+    from tokenizers import Regex, models, pre_tokenizers, trainers
+    from tokenizers import Tokenizer as HF
 
     tok = HF(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.Sequence(
@@ -117,8 +120,8 @@ def profile(text: str, vocab_size: int) -> list[str]:
     list(chain.from_iterable(map(fresh._cache.__getitem__, chunks)))
     t_look = time.perf_counter() - t
     out.append(
-        f"encode {vocab_size}: regex split {t_split:.2f} s, BPE of each distinct chunk (cache misses) "
-        f"{t_bpe:.2f} s, cache lookups + flatten {t_look:.2f} s"
+        f"encode {vocab_size}: regex split {t_split:.2f} s, BPE of each distinct chunk (cache "
+        f"misses) {t_bpe:.2f} s, cache lookups + flatten {t_look:.2f} s"
     )
     return out
 
@@ -219,7 +222,8 @@ def main(argv=None) -> int:
                     ids
                 )
                 notes.append(
-                    f"{name} {vocab}: tiktoken with Frost's merges gives Frost's ids on {100 * same:.2f}% of lines"
+                    f"{name} {vocab}: tiktoken with Frost's merges gives Frost's ids on "
+                    f"{100 * same:.2f}% of lines"
                 )
             ft, fe = fit["frost"][0], enc["frost"][0]
             for lib, (te, out, load) in enc.items():
@@ -257,11 +261,13 @@ def main(argv=None) -> int:
         "load",
     ]
     print(
-        f"\n`flock /tmp/frost-bench.lock python benchmarks/bpe.py {' '.join(argv or sys.argv[1:])}`".rstrip()
+        "\n`flock /tmp/frost-bench.lock python benchmarks/bpe.py "
+        f"{' '.join(argv or sys.argv[1:])}`".rstrip()
     )
     print(
-        f"{cpu_model()}, {os.cpu_count()} cores, Python {platform.python_version()}; medians of {args.repeats} "
-        f"interleaved runs (KJV x12: {max(1, args.repeats // 3)}); load: the 1-minute load average during them\n"
+        f"{cpu_model()}, {os.cpu_count()} cores, Python {platform.python_version()}; medians of "
+        f"{args.repeats} interleaved runs (KJV x12: {max(1, args.repeats // 3)}); load: the "
+        "1-minute load average during them\n"
     )
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))

@@ -1,20 +1,22 @@
 """Each `frost` command as a new user meets it, as a whole process: cold (the first run after
 install) and warm, beside the peers' commands on the same text.
 
-    flock /tmp/frost-bench.lock python benchmarks/coldstart.py            # all commands, 3 repeats (train: 1)
-    flock /tmp/frost-bench.lock python benchmarks/coldstart.py --quick    # --help and the tokenizer commands, 2 repeats
+    flock /tmp/frost-bench.lock python benchmarks/coldstart.py            # all commands, 3 repeats
+    (train: 1) flock /tmp/frost-bench.lock python benchmarks/coldstart.py --quick    # --help and
+    the tokenizer commands, 2 repeats
 
 cold: a fresh copy of the frost package (no __pycache__: no bytecode, no numba cache beside
 merge.py) run with fresh NUMBA_CACHE_DIR and FROST_CACHE (frost train's JAX compilation cache,
-also given as JAX_COMPILATION_CACHE_DIR) folders; each command gets its own copy. warm: the same command again, caches kept. For
-the training commands, "warm, no JAX cache" keeps Python's and numba's caches but starts with an
-empty JAX cache: warm minus it is what the persistent compilation cache saves. Peers run as fresh
-processes (they keep no caches, so each run is a cold one): HF tokenizers' BpeTrainer with the
-same regex and byte-level alphabet, and SentencePiece BPE through its Python API (what spm_train
-runs; its own whitespace pre-tokenisation). The tokenizer commands use the King James Bible (4.1
-MB) at vocabulary 8192. Times are medians over --repeats; runs are interleaved, and the load
-average is printed with each row, since other work on the machine slows every run; CPU seconds
-(user + system, the command's worker processes included) are less sensitive to that.
+also given as JAX_COMPILATION_CACHE_DIR) folders; each command gets its own copy. warm: the same
+command again, caches kept. For the training commands, "warm, no JAX cache" keeps Python's and
+numba's caches but starts with an empty JAX cache: warm minus it is what the persistent compilation
+cache saves. Peers run as fresh processes (they keep no caches, so each run is a cold one): HF
+tokenizers' BpeTrainer with the same regex and byte-level alphabet, and SentencePiece BPE through
+its Python API (what spm_train runs; its own whitespace pre-tokenisation). The tokenizer commands
+use the King James Bible (4.1 MB) at vocabulary 8192. Times are medians over --repeats; runs are
+interleaved, and the load average is printed with each row, since other work on the machine slows
+every run; CPU seconds (user + system, the command's worker processes included) are less sensitive
+to that.
 """
 
 from __future__ import annotations
@@ -38,8 +40,10 @@ HF_TRAIN = f"""
 import sys
 from tokenizers import Regex, Tokenizer, models, pre_tokenizers, trainers
 tok = Tokenizer(models.BPE())
-tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex({GPT4_PATTERN!r}), "isolated"),
-                                             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+tok.pre_tokenizer = pre_tokenizers.Sequence([
+    pre_tokenizers.Split(Regex({GPT4_PATTERN!r}), "isolated"),
+    pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+])
 tok.train([sys.argv[1]], trainers.BpeTrainer(vocab_size=int(sys.argv[2]), show_progress=False,
                                              initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
 tok.save(sys.argv[3])
@@ -56,8 +60,10 @@ np.asarray(ids, np.uint16).tofile(sys.argv[3])
 SP_TRAIN = """
 import os, sys
 import sentencepiece as spm
-spm.SentencePieceTrainer.train(input=sys.argv[1], model_prefix=sys.argv[3], model_type="bpe", vocab_size=int(sys.argv[2]),
-                               byte_fallback=True, character_coverage=1.0, num_threads=os.cpu_count(), minloglevel=2)
+spm.SentencePieceTrainer.train(
+    input=sys.argv[1], model_prefix=sys.argv[3], model_type="bpe", vocab_size=int(sys.argv[2]),
+    byte_fallback=True, character_coverage=1.0, num_threads=os.cpu_count(), minloglevel=2,
+)
 """
 SP_ENCODE = """
 import sys, numpy as np
@@ -81,7 +87,8 @@ class Sandbox:
         self.jax = tempfile.mkdtemp(dir=self.dir, prefix="jax-")
 
     def env(self) -> dict:
-        """The environment: a user's (Python writes bytecode), with this copy first and these caches."""
+        """The environment: a user's (Python writes bytecode), with this copy first and these
+        caches."""
         env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
         return {
             **env,
@@ -156,17 +163,15 @@ def main(argv=None) -> int:
         times.setdefault((cmd, run_name), []).append(wall_cpu)
         loads.setdefault(cmd, []).append(os.getloadavg()[0])
 
-    def cold_warm(
-        cmd, label, source, cli_args
-    ):  # each command's first run is its own: a fresh copy per command
+    # each command's first run is its own: a fresh copy per command
+    def cold_warm(cmd, label, source, cli_args):
         box = Sandbox(pathlib.Path(source), root, label)
         for mode in ("cold", "warm"):
             note(cmd, f"{label} {mode}", run(frost_cmd(*cli_args), box))
 
     try:
-        for rep in range(
-            reps
-        ):  # interleaved: each frost version cold and warm, then the peers, every repeat
+        # interleaved: each frost version cold and warm, then the peers, every repeat
+        for _rep in range(reps):
             for label, source in versions.items():
                 cold_warm("frost --help", label, source, ["--help"])
             note("frost --help", "python -c pass", run([PY, "-c", "pass"]))
@@ -215,7 +220,7 @@ def main(argv=None) -> int:
                     "3",
                 ],
             }
-            for rep in range(args.repeats or 1):
+            for _rep in range(args.repeats or 1):
                 for name, job in jobs.items():
                     for label, source in versions.items():
                         box = Sandbox(pathlib.Path(source), root, label)
@@ -233,15 +238,17 @@ def main(argv=None) -> int:
     med = {k: statistics.median(w for w, _ in t) for k, t in times.items()}
     cpu = {k: statistics.median(c for _, c in t) for k, t in times.items()}
     print(
-        f"\n`flock /tmp/frost-bench.lock python benchmarks/coldstart.py {' '.join(argv or sys.argv[1:])}`".rstrip()
+        "\n`flock /tmp/frost-bench.lock python benchmarks/coldstart.py "
+        f"{' '.join(argv or sys.argv[1:])}`".rstrip()
     )
     print(
-        f"{_cpu()}, {os.cpu_count()} cores, Python {sys.version.split()[0]}; medians of {reps} runs "
-        f"(train commands: {args.repeats or 1}); vocabulary {v} on the KJV (4.1 MB). Ratios: {first}'s time "
-        f"over this run's (below 1: {first} is faster)\n"
+        f"{_cpu()}, {os.cpu_count()} cores, Python {sys.version.split()[0]}; medians of {reps} "
+        f"runs (train commands: {args.repeats or 1}); vocabulary {v} on the KJV (4.1 MB). Ratios: "
+        f"{first}'s time over this run's (below 1: {first} is faster)\n"
     )
     print(
-        f"| command | run | seconds | CPU seconds | {first} cold / this | {first} warm / this | load (1 min) |"
+        f"| command | run | seconds | CPU seconds | {first} cold / this | {first} warm / this | "
+        "load (1 min) |"
     )
     print("|---|---|---|---|---|---|---|")
     for cmd in dict.fromkeys(k[0] for k in med):
@@ -249,8 +256,8 @@ def main(argv=None) -> int:
         for (c, name), s in med.items():
             if c == cmd:
                 print(
-                    f"| `{cmd}` | {name} | {s:.2f} | {cpu[(c, name)]:.2f} | {cold / s:.2f} | {warm / s:.2f} | "
-                    f"{statistics.median(loads[cmd]):.1f} |"
+                    f"| `{cmd}` | {name} | {s:.2f} | {cpu[(c, name)]:.2f} | {cold / s:.2f} | "
+                    f"{warm / s:.2f} | {statistics.median(loads[cmd]):.1f} |"
                 )
     return 0
 

@@ -1,7 +1,8 @@
-"""Where a ResNet step's time goes on a CPU: one 3x3 convolution at a time, four lowerings beside PyTorch.
+"""Where a ResNet step's time goes on a CPU: one 3x3 convolution at a time, four lowerings beside
+PyTorch.
 
-    python benchmarks/conv.py                 # the CIFAR ResNet-18's four 3x3 convolutions, batch 128
-    python benchmarks/conv.py --quick         # smoke run: small shapes, 1 sample
+    python benchmarks/conv.py                 # the CIFAR ResNet-18's four 3x3 convolutions, batch
+    128 python benchmarks/conv.py --quick         # smoke run: small shapes, 1 sample
 
 Each row is one stride-1, padding-1 3x3 convolution of the CIFAR ResNet-18 (64 channels at 32x32,
 128 at 16x16, 256 at 8x8, 512 at 4x4), NHWC in, NHWC out, fp32, timed alone:
@@ -31,7 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import Publisher, cores, header, jax_wait, measure  # noqa: E402
+from _common import Publisher, cores, header, jax_wait, measure
 
 LAYERS = [
     (32, 64),
@@ -50,13 +51,13 @@ def lax_conv(x, w):  # x (N, H, W, C), w (3, 3, C, O) -> (N, H, W, O)
 def im2col_conv(x, w):
     n, h, wd, c = x.shape
     xp = jnp.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0)))
-    cols = jnp.concatenate(
-        [xp[:, i : i + h, j : j + wd] for i in range(3) for j in range(3)], -1
-    )  # (N, H, W, 9C)
+    # (N, H, W, 9C)
+    cols = jnp.concatenate([xp[:, i : i + h, j : j + wd] for i in range(3) for j in range(3)], -1)
     return cols @ w.reshape(9 * c, -1)  # (N, H, W, O)
 
 
-# Winograd transforms F(m x m, 3 x 3): y = A^T [(G g G^T) * (B^T d B)] A on (m + 2)-wide input tiles.
+# Winograd transforms F(m x m, 3 x 3): y = A^T [(G g G^T) * (B^T d B)] A on (m + 2)-wide input
+# tiles.
 WINOGRAD = {
     2: (
         np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]]),  # B^T
@@ -104,9 +105,8 @@ def winograd_conv(x, w, m: int):
     a = m + 2  # input tile size
     n, h, wd, c = x.shape
     th, tw = -(-h // m), -(-wd // m)  # tiles per axis
-    xp = jnp.pad(
-        x, ((0, 0), (1, m * th + 1 - h), (1, m * tw + 1 - wd), (0, 0))
-    )  # (N, m th + 2, m tw + 2, C)
+    # (N, m th + 2, m tw + 2, C)
+    xp = jnp.pad(x, ((0, 0), (1, m * th + 1 - h), (1, m * tw + 1 - wd), (0, 0)))
     rows = _combine(bt, [xp[:, i : i + m * th : m] for i in range(a)])  # a x (N, th, W', C)
     tiles = [
         t for r in rows for t in _combine(bt, [r[:, :, j : j + m * tw : m] for j in range(a)])
@@ -208,11 +208,14 @@ def main():
             )
             vs = lambda other: f"{both_s / results[other][0][1]:.2f}" if other in results else ""  # noqa: E731
             lines.append(
-                f"| {ch} ch @ {size}x{size} | {name} | {1e3 * fwd_s:.1f} | {1e3 * both_s:.1f} | {err} | "
-                f"{vs('lax.conv')} | {vs('torch-cl')} |"
+                f"| {ch} ch @ {size}x{size} | {name} | {1e3 * fwd_s:.1f} | {1e3 * both_s:.1f} | "
+                f"{err} | {vs('lax.conv')} | {vs('torch-cl')} |"
             )
             print(lines[-1], file=sys.stderr, flush=True)
-    title = f"3x3 convolutions of the CIFAR ResNet-18, batch {args.batch_size}, fp32, NHWC; median of {args.steps}"
+    title = (
+        f"3x3 convolutions of the CIFAR ResNet-18, batch {args.batch_size}, fp32, NHWC; "
+        f"median of {args.steps}"
+    )
     text = header(title, libraries=("jax", "torch")) + "\n\n" + "\n".join(lines)
     print(text)
     Publisher(args.out)(text, final=True)

@@ -1,8 +1,9 @@
 """GPT training-step throughput: Frost beside PyTorch eager and torch.compile.
 
-    python benchmarks/gpt.py                          # CPU: the `frost train gpt` model, batch 32 x 128, fp32
-    python benchmarks/gpt.py --device gpu             # GPU: GPT-2 small (768 x 12, 12 heads), 16 x 1024, bf16
-    python benchmarks/gpt.py --device gpu --dtype fp32,bf16 --only frost,torch
+    python benchmarks/gpt.py                          # CPU: the `frost train gpt` model, batch 32 x
+    128, fp32 python benchmarks/gpt.py --device gpu             # GPU: GPT-2 small (768 x 12, 12
+    heads), 16 x 1024, bf16 python benchmarks/gpt.py --device gpu --dtype fp32,bf16 --only
+    frost,torch
 
 One training step of the same decoder-only model in each framework, on one fixed batch of random
 tokens: pre-norm blocks (LayerNorm, causal multi-head attention with rotary positions, exact-GELU
@@ -34,7 +35,7 @@ import tempfile
 import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import Publisher, Row, attempt, header, measure, measure_torch, table  # noqa: E402
+from _common import Publisher, Row, attempt, header, measure, measure_torch, table
 
 PEERS = {
     "frost": "Frost",
@@ -251,9 +252,8 @@ def main():
                     functools.partial(runners[peer], dtype, args),
                     baseline=peer == "frost",
                 )
-            except (
-                KeyboardInterrupt
-            ):  # Ctrl-C or `timeout -s INT` (benchmarks/gpu.sh): report what was measured
+            # Ctrl-C or `timeout -s INT` (benchmarks/gpu.sh): report what was measured
+            except KeyboardInterrupt:
                 stop = "skipped: interrupted"
                 rows.append(
                     Row(
@@ -271,8 +271,9 @@ def main():
 
         gpu = jax.devices()[0].device_kind
     title = (
-        f"GPT training step on {args.device.upper()}: vocab {vocab}, dim {dim}, depth {depth}, {heads} heads, "
-        f"batch {batch} x {seq} tokens; median of {args.steps} x {args.inner} steps after {args.warmup} warm-up"
+        f"GPT training step on {args.device.upper()}: vocab {vocab}, dim {dim}, depth {depth}, "
+        f"{heads} heads, batch {batch} x {seq} tokens; median of {args.steps} x {args.inner} steps "
+        f"after {args.warmup} warm-up"
     )
     text = header(title, gpu, ("jax", "torch")) + "\n\n" + table(rows, unit="tokens/s")
     print(text)

@@ -1,7 +1,7 @@
 """Image loading throughput: decode JPEG + augment + batch with Frost, torch and Grain.
 
-    flock /tmp/frost-bench.lock python benchmarks/loader.py          # about three minutes on 2 cores
-    python benchmarks/loader.py --images 2048 --repeats 1             # a quick look
+    flock /tmp/frost-bench.lock python benchmarks/loader.py          # about three minutes on 2
+    cores python benchmarks/loader.py --images 2048 --repeats 1             # a quick look
 
 The work: `--images` Fashion-MNIST training images, upscaled to 64x64 RGB and saved as JPEG
 (quality 90) into a temporary image folder, one sub-folder per class. Every loader runs the same
@@ -105,9 +105,8 @@ def grain_batches(source, workers):
     if not flags.FLAGS.is_parsed():  # Grain reads absl flags; this script has none of its own
         flags.FLAGS.mark_as_parsed()
 
-    class GrainAugment(
-        grain.RandomMapTransform
-    ):  # Grain ships operations to workers with cloudpickle
+    # Grain ships operations to workers with cloudpickle
+    class GrainAugment(grain.RandomMapTransform):
         def random_map(self, element, rng):
             return AUGMENT(element, rng)
 
@@ -129,9 +128,8 @@ def cpu_seconds(pid=None):
     pid = pid or os.getpid()
     try:
         with open(f"/proc/{pid}/stat") as f:
-            fields = (
-                f.read().rsplit(")", 1)[1].split()
-            )  # fields 3.. of proc(5); utime, stime are 14, 15
+            # fields 3.. of proc(5); utime, stime are 14, 15
+            fields = f.read().rsplit(")", 1)[1].split()
         total = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
         for task in os.listdir(f"/proc/{pid}/task"):
             with open(f"/proc/{pid}/task/{task}/children") as f:
@@ -174,7 +172,8 @@ def settle(quiet=0.02, interval=0.2, limit=15.0):
 
 def window(batches, skip, count):
     """(images/s, CPU seconds per 1000 images) over `count` batches, after the machine is quiet
-    and `skip` untimed batches that drain what the loader prefetched while the others had their turn."""
+    and `skip` untimed batches that drain what the loader prefetched while the others had their
+    turn."""
     settle()
     for _ in range(skip):
         touch(next(batches))
@@ -197,7 +196,7 @@ def compare(runs, source, workers, args):
         try:
             streams[name] = run(source, workers)
             first[name], samples[name] = start(streams[name]), []
-        except Exception as e:  # noqa: BLE001 - a failing peer must not stop the others
+        except Exception as e:
             out[name] = e
             streams.pop(name, None)
             print(f"{name}, {workers} workers: failed: {e!r}", file=sys.stderr, flush=True)
@@ -209,7 +208,8 @@ def compare(runs, source, workers, args):
         rates, cpus = zip(*samples[name])
         out[name] = (statistics.median(rates), first[name], statistics.median(cpus))
         print(
-            f"{name}, {workers} workers: {out[name][0]:.0f} images/s (windows: {', '.join(f'{r:.0f}' for r in rates)}), "
+            f"{name}, {workers} workers: {out[name][0]:.0f} images/s (windows: "
+            f"{', '.join(f'{r:.0f}' for r in rates)}), "
             f"{out[name][2]:.2f} CPU s per 1000 images, first batch after {first[name]:.2f} s",
             file=sys.stderr,
         )
@@ -273,11 +273,13 @@ def main():
         f"{m} {sys.modules[m].__version__}" for m in ("numpy", "torch", "grain") if m in sys.modules
     )
     print(
-        f"\n### Image loading: JPEG decode + augment + batch ({args.images} images {SIZE}x{SIZE}, batch {BATCH})\n"
+        f"\n### Image loading: JPEG decode + augment + batch ({args.images} images {SIZE}x{SIZE}, "
+        f"batch {BATCH})\n"
     )
     print(f"- date: {datetime.datetime.now().astimezone():%Y-%m-%d %H:%M %Z}")
     print(
-        f"- machine: {cpu_model()}, {len(os.sched_getaffinity(0))} cores; python {platform.python_version()}, {versions}"
+        f"- machine: {cpu_model()}, {len(os.sched_getaffinity(0))} cores; python "
+        f"{platform.python_version()}, {versions}"
     )
     print(f"- command: `python {' '.join(shlex.quote(a) for a in sys.argv)}`\n")
     names = list(runs)
@@ -292,8 +294,8 @@ def main():
             + f" | {ratio(w, 'torch DataLoader')} | {ratio(w, 'Grain DataLoader')} |"
         )
     print(
-        "\nCPU seconds per 1000 images, all processes of the loader (lower is better; peer/frost > 1: "
-        "Frost uses less):\n"
+        "\nCPU seconds per 1000 images, all processes of the loader (lower is better; peer/frost > "
+        "1: Frost uses less):\n"
     )
     print("| workers | " + " | ".join(names) + " | torch/frost | grain/frost |")
     print("| ---: | " + " | ".join("---:" for _ in names) + " | ---: | ---: |")

@@ -23,10 +23,10 @@ import jax.numpy as jnp
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import Publisher, header  # noqa: E402
+from _common import Publisher, header
 
-from frost import data, nn, optim  # noqa: E402
-from frost.train.loop import TrainState, fit, make_train_step  # noqa: E402
+from frost import data, nn, optim
+from frost.train.loop import TrainState, fit, make_train_step
 
 SIZES = [(256, 64), (1024, 256)]  # (width, batch)
 

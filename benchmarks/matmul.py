@@ -14,7 +14,8 @@ loop), so it has float32 rows only. Peak = cores x clock x FMA units x lanes x 2
 is an assumption (true of Intel since Haswell and AMD since Zen 2; Zen 4 runs AVX-512 on them
 at half rate, so it counts 256 bits there). bfloat16 peak: twice float32 with avx512_bf16 or AMX,
 else the float32 peak (the arithmetic then happens in float32). The error column: the largest
-|Frost result - float64 product of the float32 inputs| over the largest |product|. Needs threadpoolctl.
+|Frost result - float64 product of the float32 inputs| over the largest |product|. Needs
+threadpoolctl.
 """
 
 from __future__ import annotations
@@ -119,8 +120,9 @@ def peak_gflops(info: dict, cores: int) -> tuple[float | None, float | None, str
     fp32 = cores * mhz / 1e3 * 2 * (bits // 32) * 2
     fast_bf16 = "avx512_bf16" in flags or "amx_bf16" in flags
     how = (
-        f"{cores} cores x {mhz / 1e3:.2f} GHz x 2 FMA units x {bits // 32} lanes ({bits}-bit) x 2 flops; "
-        f"bfloat16 {'2x (avx512_bf16/AMX)' if fast_bf16 else 'as float32 (no avx512_bf16/AMX)'}"
+        f"{cores} cores x {mhz / 1e3:.2f} GHz x 2 FMA units x {bits // 32} lanes ({bits}-bit) x 2 "
+        "flops; bfloat16 "
+        f"{'2x (avx512_bf16/AMX)' if fast_bf16 else 'as float32 (no avx512_bf16/AMX)'}"
     )
     return fp32, fp32 * (2 if fast_bf16 else 1), how
 
@@ -150,9 +152,8 @@ def main(argv=None) -> int:
     import torch
 
     torch.set_num_threads(cores)
-    dot = jax.jit(
-        lambda a, b: a @ b
-    )  # Frost's matmul path: frost.nn.Linear is `x @ self.weight` under jit
+    # Frost's matmul path: frost.nn.Linear is `x @ self.weight` under jit
+    dot = jax.jit(lambda a, b: a @ b)
     rng = np.random.default_rng(0)
     rows, rate, skipped = [], {}, []
     for dtype in ("float32", "bfloat16"):
@@ -178,8 +179,8 @@ def main(argv=None) -> int:
                 measured, at = rate.get((dtype, lib), (1e12, 0))
                 if not lib.startswith("frost") and flops / measured > 20:
                     skipped.append(
-                        f"{lib} {dtype} n={n}: skipped (over 20 s a call at {measured / 1e9:.1f} GFLOP/s, "
-                        f"its rate at n={at})"
+                        f"{lib} {dtype} n={n}: skipped (over 20 s a call at {measured / 1e9:.1f} "
+                        f"GFLOP/s, its rate at n={at})"
                     )
                     continue
                 t[lib] = seconds_per_call(call, budget)
@@ -203,16 +204,19 @@ def main(argv=None) -> int:
     info = cpu_info()
     fp32_peak, bf16_peak, how = peak_gflops(info, cores)
     blas = [
-        f"{b.get('internal_api')} {b.get('version')} kernel {b.get('architecture')}, {b.get('num_threads')} threads"
+        f"{b.get('internal_api')} {b.get('version')} kernel {b.get('architecture')}, "
+        f"{b.get('num_threads')} threads"
         for b in numpy_times["blas"]
         if b.get("user_api") == "blas"
     ]
     print(
-        f"\n`flock /tmp/frost-bench.lock python benchmarks/matmul.py {' '.join(argv or sys.argv[1:])}`".rstrip()
+        "\n`flock /tmp/frost-bench.lock python benchmarks/matmul.py "
+        f"{' '.join(argv or sys.argv[1:])}`".rstrip()
     )
     print(
-        f"{info['model']}, {cores} cores, jax {jax.__version__}, torch {torch.__version__}, numpy {np.__version__}; "
-        f"NumPy's BLAS (OPENBLAS_CORETYPE/L2_SIZE unset): {'; '.join(blas) or 'not reported'}"
+        f"{info['model']}, {cores} cores, jax {jax.__version__}, torch {torch.__version__}, numpy "
+        f"{np.__version__}; NumPy's BLAS (OPENBLAS_CORETYPE/L2_SIZE unset): "
+        f"{'; '.join(blas) or 'not reported'}"
     )
     print(
         f"peak: {how} = "
@@ -223,17 +227,16 @@ def main(argv=None) -> int:
         )
     )
     print(
-        "| dtype | n | library | GFLOP/s | % of peak | frost/peer time | frost max rel. error vs float64 | load |"
+        "| dtype | n | library | GFLOP/s | % of peak | frost/peer time | frost max rel. error vs "
+        "float64 | load |"
     )
     print("|---|---|---|---|---|---|---|---|")
     for dtype, n, lib, gflops, ratio, err, load in rows:
         peak = fp32_peak if dtype == "float32" else bf16_peak
-        print(
-            f"| {dtype} | {n} | {lib} | {gflops:.1f} | {100 * gflops / peak:.0f}% | {ratio:.2f} | "
-            f"{'-' if err is None else f'{err:.1e}'} | {load:.1f} |"
-            if peak
-            else f"| {dtype} | {n} | {lib} | {gflops:.1f} | - | {ratio:.2f} | {'-' if err is None else f'{err:.1e}'} | {load:.1f} |"
-        )
+        share = f"{100 * gflops / peak:.0f}%" if peak else "-"
+        error = "-" if err is None else f"{err:.1e}"
+        row = [dtype, n, lib, f"{gflops:.1f}", share, f"{ratio:.2f}", error, f"{load:.1f}"]
+        print("| " + " | ".join(map(str, row)) + " |")
     for line in skipped:
         print(f"- {line}")
     return 0

@@ -2,8 +2,8 @@
 of an FSDP state per process, sharded (frost.train.checkpoint) against gather-everything.
 
     python benchmarks/precision.py                   # both parts, CPU
-    python benchmarks/precision.py --quick           # smoke test: small models, 1 warm-up, 2 steps, 1-2 processes
-    python benchmarks/precision.py --part step --steps 10
+    python benchmarks/precision.py --quick           # smoke test: small models, 1 warm-up, 2 steps,
+    1-2 processes python benchmarks/precision.py --part step --steps 10
     python benchmarks/precision.py --part checkpoint --processes 1,2,4,8 --ckpt-size 2048,384,8
 
 Part "step": one training step of the `frost train gpt` model (vocab 2048, dim 192, depth 4,
@@ -49,7 +49,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import header, measure, one_line  # noqa: E402
+from _common import header, measure, one_line
 
 GPT_SIZE = (2048, 192, 4, 4, 128, 32)  # vocab, dim, depth, heads, seq, batch: `frost train gpt`
 RESNET_BATCH = 128
@@ -156,7 +156,6 @@ def torch_step(model_name, precision_name, args):
 
     import torch
     import torch.nn.functional as F
-
     from _common import measure_torch
 
     torch.manual_seed(0)
@@ -187,7 +186,8 @@ def torch_step(model_name, precision_name, args):
             logits = model(x)
         return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1))
 
-    # PyTorch's first CPU steps are ~10x slower than later ones (allocator and kernel warm-up): >= 3 untimed
+    # PyTorch's first CPU steps are ~10x slower than later ones (allocator and kernel warm-up): >= 3
+    # untimed
     return measure_torch(
         loss,
         opt,
@@ -209,13 +209,14 @@ def step_part(args) -> str:
                     rows[model_name, framework, precision_name] = fn(
                         model_name, precision_name, args
                     )
-                except Exception as e:  # noqa: BLE001 - report the failure in its row, go on
+                except Exception as e:
                     rows[model_name, framework, precision_name] = one_line(
                         f"{type(e).__name__}: {e}"
                     )
     unit = {"gpt": args.gpt[4] * args.gpt[5], "resnet20": args.resnet_batch}
     out = [
-        "| model | framework | precision | ms/step | items/s | compile s | loss | bf16/fp32 | frost/torch |",
+        "| model | framework | precision | ms/step | items/s | compile s | loss | bf16/fp32 | "
+        "frost/torch |",
         "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for (model_name, framework, precision_name), t in rows.items():
@@ -236,11 +237,13 @@ def step_part(args) -> str:
         )
         out.append(
             f"| {model_name} | {framework} | {precision_name} | {1e3 * t.step_s:.1f} | "
-            f"{unit[model_name] / t.step_s:.0f} | {t.compile_s:.1f} | {t.loss:.4f} | {speedup} | {versus} |"
+            f"{unit[model_name] / t.step_s:.0f} | {t.compile_s:.1f} | {t.loss:.4f} | {speedup} | "
+            f"{versus} |"
         )
     return (
         "\n".join(out)
-        + f"\n\nitems: tokens (gpt {args.gpt[5]} x {args.gpt[4]}), images (resnet20 batch {args.resnet_batch})"
+        + f"\n\nitems: tokens (gpt {args.gpt[5]} x {args.gpt[4]}), "
+        + f"images (resnet20 batch {args.resnet_batch})"
     )
 
 
@@ -414,25 +417,28 @@ def checkpoint_part(args) -> str:
         if any(p.returncode for p in procs):
             err = next(e for p, (_, e) in zip(procs, outs) if p.returncode)
             rows.append(
-                f"| {n} | failed: {one_line(err.strip().splitlines()[-1] if err.strip() else 'no output')} |"
-                + " |" * 9
+                f"| {n} | failed: "
+                f"{one_line(err.strip().splitlines()[-1] if err.strip() else 'no output')} |"
+                + " |"
+                * 9
             )
             continue
         res = [json.loads(o.strip().splitlines()[-1]) for o, _ in outs]
         worst = {k: max(r[k] for r in res) for k in res[0]}
         mb = 1 / 2**20
         rows.append(
-            f"| {n} | {worst['total'] * mb:.1f} | {worst['sharded_save']:.2f} | {worst['gather_save']:.2f} | "
-            f"{worst['sharded_written'] * mb:.1f} | {worst['gather_written'] * mb:.1f} | "
+            f"| {n} | {worst['total'] * mb:.1f} | {worst['sharded_save']:.2f} | "
+            f"{worst['gather_save']:.2f} | {worst['sharded_written'] * mb:.1f} | "
+            f"{worst['gather_written'] * mb:.1f} | "
             f"{worst['sharded_load']:.2f} | {worst['gather_load']:.2f} | "
             f"{worst['sharded_read'] * mb:.1f} | {worst['gather_read'] * mb:.1f} | "
             f"{worst['gather_save'] / worst['sharded_save']:.2f} |"
         )
     vocab, dim, depth = args.ckpt
     head = [
-        "| processes | state MB | sharded save s | gather save s | sharded MB written (max/process) | "
-        "gather MB written (max/process) | sharded restore s | gather restore s | sharded MB read (max/process) | "
-        "gather MB read (max/process) | gather/sharded save |",
+        "| processes | state MB | sharded save s | gather save s | sharded MB written "
+        "(max/process) | gather MB written (max/process) | sharded restore s | gather restore s | "
+        "sharded MB read (max/process) | gather MB read (max/process) | gather/sharded save |",
         "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     return "\n".join(head + rows) + (

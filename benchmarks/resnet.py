@@ -1,8 +1,8 @@
 """ResNet training-step throughput: Frost beside PyTorch, torch.compile, Equinox and plain JAX.
 
     python benchmarks/resnet.py                       # CPU, fp32, batch 128: the issue-6 table
-    python benchmarks/resnet.py --quick               # smoke test: ResNet-20 only, 1 warm-up, 2 steps
-    python benchmarks/resnet.py --device gpu --batch-size 256 --dtype fp32,bf16
+    python benchmarks/resnet.py --quick               # smoke test: ResNet-20 only, 1 warm-up, 2
+    steps python benchmarks/resnet.py --device gpu --batch-size 256 --dtype fp32,bf16
     python benchmarks/resnet.py --workload e2e --device gpu --batch-size 32 --e2e-steps 300
 
 Workload "step" (default): one training step of the CIFAR ResNet-18 (`cifar_resnet18`, 64-512
@@ -52,8 +52,8 @@ import json
 import math
 import os
 import re
-import statistics
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -72,7 +72,7 @@ from _common import (
     one_line,
     status,
     table,
-)  # noqa: E402
+)
 
 LR, MOMENTUM, WEIGHT_DECAY = 0.1, 0.9, 5e-4
 CLASSES, IMAGE = 10, 32
@@ -176,13 +176,14 @@ def configure(args):
 
 
 def jax_check(args):
-    """Fail with JAX's own message when the asked-for platform is missing (else errors are obscure)."""
+    """Fail with JAX's own message when the asked-for platform is missing (else errors are
+    obscure)."""
     import jax
 
     platform = "cuda" if args.device == "gpu" else "cpu"
     try:
         jax.devices(platform)
-    except Exception as e:  # noqa: BLE001 - some versions raise a bare AssertionError
+    except Exception as e:
         raise RuntimeError(
             f"JAX finds no {platform} devices (JAX_PLATFORMS={os.environ.get('JAX_PLATFORMS')}): "
             f"{type(e).__name__} {e}; is jax installed with its CUDA plugin?"
@@ -250,6 +251,7 @@ def xent(logits, labels):
 
 def run_frost(name, dtype, args):
     import jax
+
     from frost import optim
     from frost.models import resnet
     from frost.train import loop
@@ -549,7 +551,8 @@ def torch_resnet_class():
 
 
 def torch_setup(name, dtype, args, mode):
-    """(model, forward, optimizer, device, torch dtype) for a PyTorch mode: torch, torch-cl, torch-compile[-nchw]."""
+    """(model, forward, optimizer, device, torch dtype) for a PyTorch mode: torch, torch-cl,
+    torch-compile[-nchw]."""
     import torch
 
     torch.set_num_threads(args.threads)
@@ -640,7 +643,8 @@ def step_workload(args, publish):
 def step_report(args, rows):
     title = (
         f"ResNet training step on {args.device.upper()}, batch {args.batch_size}, "
-        f"{'/'.join(args.dtypes)}; median of {args.steps} x {args.inner} steps after {args.warmup} warm-up"
+        f"{'/'.join(args.dtypes)}; median of {args.steps} x {args.inner} steps after {args.warmup} "
+        "warm-up"
     )
     return (
         header(title, gpu_name(args), ("jax", "torch", "equinox", "optax")) + "\n\n" + table(rows)
@@ -671,9 +675,8 @@ def e2e_arrays(args):
     import numpy as np
 
     rng = np.random.default_rng(args.seed)
-    images = rng.integers(
-        0, 256, (args.e2e_samples, IMAGE, IMAGE, 3), dtype=np.uint8
-    )  # NHWC, as CIFAR's
+    # NHWC, as CIFAR's
+    images = rng.integers(0, 256, (args.e2e_samples, IMAGE, IMAGE, 3), dtype=np.uint8)
     labels = rng.integers(0, CLASSES, args.e2e_samples).astype(np.int32)
     return images, labels
 
@@ -681,6 +684,7 @@ def e2e_arrays(args):
 def e2e_frost(name, dtype, args, t0):
     import jax
     import jax.numpy as jnp
+
     from frost import data, optim
     from frost.models import resnet
     from frost.train import loop
@@ -857,10 +861,10 @@ def last_error(stderr: str) -> str:
 
 def e2e_report(args, rows):
     title = (
-        f"Reference workload on {args.device.upper()}: {', '.join(args.models)}, batch {args.batch_size}, "
-        f"{args.e2e_steps} steps end to end (from the start of a fresh process to the last step, data loading from "
-        f"{args.e2e_samples} random uint8 images with {args.workers} workers included), "
-        f"median of {args.e2e_repeats} fresh run(s)"
+        f"Reference workload on {args.device.upper()}: {', '.join(args.models)}, batch "
+        f"{args.batch_size}, {args.e2e_steps} steps end to end (from the start of a fresh process "
+        f"to the last step, data loading from {args.e2e_samples} random uint8 images with "
+        f"{args.workers} workers included), median of {args.e2e_repeats} fresh run(s)"
     )
     return header(title, gpu_name(args), ("jax", "torch")) + "\n\n" + e2e_table(rows, args)
 
@@ -868,7 +872,8 @@ def e2e_report(args, rows):
 def e2e_table(rows, args):
     images = args.e2e_steps * args.batch_size
     out = [
-        "| model | framework | total s | img/s end to end | first step s | img/s after it | loss | frost/peer |",
+        "| model | framework | total s | img/s end to end | first step s | img/s after it | loss | "
+        "frost/peer |",
         "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in rows:
@@ -887,8 +892,9 @@ def e2e_table(rows, args):
             f"{r['first']:.1f} | {steady:.0f} | {r['runs'][-1]['loss']:.4f} | {ratio} |"
         )
     out.append(
-        "\n(frost/peer: the peer's total time over Frost's, i.e. Frost's end-to-end img/s over the peer's; "
-        "the first step includes imports, data-set creation, compilation and worker start-up.)"
+        "\n(frost/peer: the peer's total time over Frost's, i.e. Frost's end-to-end img/s over the "
+        "peer's; the first step includes imports, data-set creation, compilation and worker "
+        "start-up.)"
     )
     return "\n".join(out)
 
@@ -897,9 +903,8 @@ def main(argv=None):
     args = parse_args(argv)
     if args.e2e_child:
         return e2e_child(args)
-    if (
-        "TORCHINDUCTOR_CACHE_DIR" not in os.environ
-    ):  # a cold torch.compile (and Triton) cache, as a new user has
+    # a cold torch.compile (and Triton) cache, as a new user has
+    if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache = tempfile.mkdtemp(
             prefix="frost-bench-inductor-"
         )

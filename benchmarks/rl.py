@@ -1,8 +1,9 @@
 """frost.rl beside gymnax, gymnasium and a CleanRL-style PyTorch PPO, in one run.
 
-    python benchmarks/rl.py                  # the three tables below, 5 seeds (about 25 min on 2 cores)
-    python benchmarks/rl.py --quick          # small counts, 1 seed, torch capped at 60k steps: checks it runs
-    python benchmarks/rl.py --part envs      # one part: envs, solve or sebulba
+    python benchmarks/rl.py                  # the three tables below, 5 seeds (about 25 min on 2
+    cores) python benchmarks/rl.py --quick          # small counts, 1 seed, torch capped at 60k
+    steps: checks it runs python benchmarks/rl.py --part envs      # one part: envs, solve or
+    sebulba
 
 1. envs: CartPole-v1 env steps/s under a random policy with 1, 64 and 4096 envs: Frost's jnp
    CartPole and gymnax's, each a jitted lax.scan of the vmapped step, with each step's env keys
@@ -42,14 +43,15 @@ import numpy as np
 from jax import lax
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import header  # noqa: E402
+import contextlib
 
-from frost.rl import actors, anakin, envs, ppo  # noqa: E402
-from frost.rl.run import _evaluator  # noqa: E402
+from _common import header
 
-SAME_STEP = (
-    gymnasium.vector.AutoresetMode.SAME_STEP
-)  # reset in the step that ends an episode, as frost.rl
+from frost.rl import actors, anakin, envs, ppo
+from frost.rl.run import _evaluator
+
+# reset in the step that ends an episode, as frost.rl
+SAME_STEP = gymnasium.vector.AutoresetMode.SAME_STEP
 
 
 def median_rate(run, count, repeats=5):
@@ -161,24 +163,27 @@ def part_envs(quick):
         print(row, file=sys.stderr, flush=True)
         rows.append(row)
     out = [
-        "| envs | Frost jnp | gymnax | frost/gymnax | Frost, step alone | gymnax, step alone | frost/gymnax, "
-        "step alone | gymnasium Sync | gymnasium Async | gymnasium CartPoleVectorEnv | frost/Sync | frost/Async | "
-        "frost/vector |",
+        "| envs | Frost jnp | gymnax | frost/gymnax | Frost, step alone | gymnax, step alone | "
+        "frost/gymnax, step alone | gymnasium Sync | gymnasium Async | gymnasium CartPoleVectorEnv "
+        "| frost/Sync | frost/Async | frost/vector |",
         "|" + " ---: |" * 13,
     ]
     for r in rows:
         a = r.get("async")
         rate, ratio = ("n/a", "n/a") if a is None else (f"{a:,.0f}", f"{r['frost'] / a:.1f}")
         out.append(
-            f"| {r['envs']} | {r['frost']:,.0f} | {r['gymnax']:,.0f} | {r['frost'] / r['gymnax']:.2f} | "
-            f"{r['frost_step']:,.0f} | {r['gymnax_step']:,.0f} | {r['frost_step'] / r['gymnax_step']:.2f} | "
-            f"{r['sync']:,.0f} | {rate} | {r['vector']:,.0f} | {r['frost'] / r['sync']:.1f} | {ratio} | "
-            f"{r['frost'] / r['vector']:.1f} |"
+            f"| {r['envs']} | {r['frost']:,.0f} | {r['gymnax']:,.0f} | "
+            f"{r['frost'] / r['gymnax']:.2f} | "
+            f"{r['frost_step']:,.0f} | {r['gymnax_step']:,.0f} | "
+            f"{r['frost_step'] / r['gymnax_step']:.2f} | "
+            f"{r['sync']:,.0f} | {rate} | {r['vector']:,.0f} | {r['frost'] / r['sync']:.1f} | "
+            f"{ratio} | {r['frost'] / r['vector']:.1f} |"
         )
     return "env steps/s, random policy, CartPole-v1\n\n" + "\n".join(out)
 
 
-# --- CleanRL's ppo.py, in PyTorch ------------------------------------------------------------------
+# --- CleanRL's ppo.py, in PyTorch
+# ------------------------------------------------------------------
 
 
 def torch_ppo(vec, cfg: ppo.Config, seed: int, on_update):
@@ -189,9 +194,8 @@ def torch_ppo(vec, cfg: ppo.Config, seed: int, on_update):
 
     torch.manual_seed(seed)
     np.random.seed(seed)  # the minibatch order, as CleanRL seeds it
-    torch.set_num_threads(
-        1
-    )  # its fastest for 64-wide layers; 2 threads on 2 busy cores measured 5-8x slower
+    # its fastest for 64-wide layers; 2 threads on 2 busy cores measured 5-8x slower
+    torch.set_num_threads(1)
 
     def layer(n_in, n_out, std):
         lin = nn.Linear(n_in, n_out)
@@ -247,9 +251,8 @@ def torch_ppo(vec, cfg: ppo.Config, seed: int, on_update):
                 torch.tensor(obs),
                 torch.tensor(done, dtype=torch.float32),
             )
-        with (
-            torch.no_grad()
-        ):  # GAE, CleanRL's indexing: done_b[t] marks obs_b[t] as an episode's first
+        # GAE, CleanRL's indexing: done_b[t] marks obs_b[t] as an episode's first
+        with torch.no_grad():
             next_value, adv, last = critic(next_obs)[:, 0], torch.zeros((T, N)), 0.0
             for t in reversed(range(T)):
                 live, nv = (
@@ -321,10 +324,8 @@ def frost_solve(seeds, cfg):
             raise Solved
 
     init, iteration = ppo.anakin(env, cfg)
-    try:
+    with contextlib.suppress(Solved):
         anakin.run(init, iteration, seeds, cfg.updates, on_chunk, chunk=EVAL_EVERY)
-    except Solved:
-        pass
     return {s: solved.get(s) for s in seeds}
 
 
@@ -443,7 +444,8 @@ def part_sebulba(steps):
     ]
     for name, whole, steady in rows:
         out.append(
-            f"| {name} | {whole:,.0f} | {steady:,.0f} | {whole / base[1]:.2f} | {steady / base[2]:.2f} |"
+            f"| {name} | {whole:,.0f} | {steady:,.0f} | {whole / base[1]:.2f} | "
+            f"{steady / base[2]:.2f} |"
         )
     return f"training env steps/s, {steps // 1000}k steps\n\n" + "\n".join(out)
 

@@ -1,8 +1,9 @@
 """Scaling: the small GPT's training-step time on 1, 2, 4 and 8 devices, per sharding strategy.
 
-    python benchmarks/scaling.py                      # CPU: 1/2/4/8 forced host devices, one subprocess each
-    python benchmarks/scaling.py --device gpu         # the GPUs this machine has (1, 2, 4, ... of them)
-    python benchmarks/scaling.py --devices 1,8 --strategies dp,fsdp --batch-size 64
+    python benchmarks/scaling.py                      # CPU: 1/2/4/8 forced host devices, one
+    subprocess each python benchmarks/scaling.py --device gpu         # the GPUs this machine has
+    (1, 2, 4, ... of them) python benchmarks/scaling.py --devices 1,8 --strategies dp,fsdp
+    --batch-size 64
 
 The workload is the `frost train gpt` model (GPT, dim 192, depth 4, 4 heads, rotary positions,
 vocabulary 2048, 128-token windows), AdamW, on a fixed global batch of random tokens (strong
@@ -31,7 +32,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import Publisher, header, measure, one_line  # noqa: E402
+from _common import Publisher, header, measure, one_line
 
 
 def time_strategy(n: int, strategy: str, args) -> dict:
@@ -102,7 +103,7 @@ def child(args) -> None:
                 continue
             try:
                 row = time_strategy(n, strategy, args)
-            except Exception as e:  # noqa: BLE001 - report the failing row, go on
+            except Exception as e:
                 row = {
                     "devices": n,
                     "strategy": strategy,
@@ -159,8 +160,8 @@ def report(rows: list, args) -> str:
     )
     tokens = args.batch_size * 128
     out = [
-        "| devices | strategy | mesh | ms/step | tokens/s | vs 1 device | compile s | loss | loss - 1-device loss "
-        "| param MB / device |",
+        "| devices | strategy | mesh | ms/step | tokens/s | vs 1 device | compile s | loss | loss "
+        "- 1-device loss | param MB / device |",
         "| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in rows:
@@ -172,8 +173,8 @@ def report(rows: list, args) -> str:
         diff = f"{r['loss'] - base['loss']:+.1e}" if base else "n/a"
         out.append(
             f"| {r['devices']} | {r['strategy']} | {mesh} | {1e3 * r['step_s']:.1f} | "
-            f"{tokens / r['step_s']:,.0f} | {speed} | {r['compile_s']:.1f} | {r['loss']:.5f} | {diff} | "
-            f"{r['param_bytes_per_device'] / 1e6:.2f} of {r['param_bytes'] / 1e6:.2f} |"
+            f"{tokens / r['step_s']:,.0f} | {speed} | {r['compile_s']:.1f} | {r['loss']:.5f} | "
+            f"{diff} | {r['param_bytes_per_device'] / 1e6:.2f} of {r['param_bytes'] / 1e6:.2f} |"
         )
     return "\n".join(out)
 
@@ -206,7 +207,10 @@ def main() -> None:
     gpu = None
     if args.device == "gpu" and rows and "platform" in rows[0]:
         gpu = f"{max(r['devices'] for r in rows)} x {rows[0]['platform']}"
-    title = f"GPT training step, global batch {args.batch_size} x 128 tokens, on 1-{max(args.devices)} devices"
+    title = (
+        f"GPT training step, global batch {args.batch_size} x 128 tokens, "
+        f"on 1-{max(args.devices)} devices"
+    )
     text = header(title, gpu=gpu, libraries=("jax", "jaxlib")) + "\n\n" + report(rows, args)
     print(text)
     Publisher(args.out)(text, final=True)

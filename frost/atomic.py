@@ -1,7 +1,8 @@
 """Atomic, durable file writes: the one way Frost writes a file (checkpoints, tokenizers, results).
 
     atomic.write(run_dir / "result.json", json.dumps(result))
-    with atomic.directory(ckpt_dir / "step_00000100") as tmp:   # fill tmp/, then it is renamed into place
+    with atomic.directory(ckpt_dir / "step_00000100") as tmp:   # fill tmp/, then it is renamed into
+    place
         ...
 
 A file is written to a temporary name in the same folder, flushed and fsynced, renamed over the

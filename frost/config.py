@@ -9,8 +9,8 @@ command-line options generated from its fields, so the CLI, the README and the j
     class LMConfig(Config):      # a per-job default: redeclare the field, the help is inherited
         lr: float = 2e-3
 
-    add_options(parser, [Config, LMConfig])    # --lr, --optimizer, with each job's default in the help
-    cfg = from_args(LMConfig, args)             # options left unset take the job's defaults
+    add_options(parser, [Config, LMConfig])    # --lr, --optimizer, with each job's default in the
+    help cfg = from_args(LMConfig, args)             # options left unset take the job's defaults
 
 A field's `check` returns None when the value is allowed, or what is allowed ("must be > 0").
 Building a config with a bad value raises `UsageError("--lr -1.0: must be > 0")`: the CLI prints
@@ -47,7 +47,8 @@ def flag(name: str) -> str:
 
 
 def needs(module: str, what: str, install: str) -> None:
-    """Refuse `what` at once, before any work, when the optional package `module` it uses is missing."""
+    """Refuse `what` at once, before any work, when the optional package `module` it uses is
+    missing."""
     if importlib.util.find_spec(module) is None:
         raise UsageError(f"{what}: needs {module} (pip install {install})")
 

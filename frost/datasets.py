@@ -25,7 +25,8 @@ def _dirs(name, default):
 
 
 def _find(splits, split, dirs, dataset, how):
-    """The paths of the files `splits[split]` (plain or .gz) in the first of `dirs` that holds them all."""
+    """The paths of the files `splits[split]` (plain or .gz) in the first of `dirs` that holds them
+    all."""
     if split not in splits:
         raise ValueError(f"split must be one of {sorted(splits)}, got {split!r}")
     files = splits[split]
@@ -59,8 +60,8 @@ def _cifar(kind, split, root, folder, files):
         split,
         dirs,
         f"CIFAR-{kind}",
-        f"Download https://www.cs.toronto.edu/~kriz/cifar-{kind}-binary.tar.gz, extract it and pass "
-        f"root=<path to {folder}> or set FROST_DATA to the directory holding {folder}/.",
+        f"Download https://www.cs.toronto.edu/~kriz/cifar-{kind}-binary.tar.gz, extract it and "
+        f"pass root=<path to {folder}> or set FROST_DATA to the directory holding {folder}/.",
     )
     return read_cifar(paths, kind=kind)
 

@@ -1,10 +1,12 @@
-"""Weights in and out: Hugging Face GPT-2 checkpoints and torchvision ResNets, from files a user has.
+"""Weights in and out: Hugging Face GPT-2 checkpoints and torchvision ResNets, from files a user
+has.
 
     model = load_hf_gpt2("gpt2/")          # config.json + model.safetensors -> frost.models.gpt.GPT
-    save_hf_gpt2(model, "out/")            # transformers.GPT2LMHeadModel.from_pretrained("out/") loads it
-    tok = frost.text.io.load_gpt2("gpt2/")  # vocab.json + merges.txt -> Frost's BPE, speaking HF's ids
-    net = load_torch_resnet("resnet50.safetensors", "resnet50")   # torchvision names -> frost ResNet
-    state = torch_state_dict(net)          # the reverse: {torchvision name: numpy array}
+    save_hf_gpt2(model, "out/")            # transformers.GPT2LMHeadModel.from_pretrained("out/")
+    loads it tok = frost.text.io.load_gpt2("gpt2/")  # vocab.json + merges.txt -> Frost's BPE,
+    speaking HF's ids net = load_torch_resnet("resnet50.safetensors", "resnet50")   # torchvision
+    names -> frost ResNet state = torch_state_dict(net)          # the reverse: {torchvision name:
+    numpy array}
 
 Nothing downloads. Each Frost leaf has a PyTree path (`blocks.0.qkv.weight`); a renaming rule
 maps it to the peer's name (`transformer.h.0.attn.c_attn.weight`) and says whether the layout
@@ -40,7 +42,8 @@ GPT2_GELU = {
     "gelu_pytorch_tanh": True,
     "gelu": False,
 }  # name -> tanh approximation?
-# Frost layout -> torch's, by rank: (in, out) -> (out, in); (kh, kw, in, out) -> (out, in, kh, kw); and back
+# Frost layout -> torch's, by rank: (in, out) -> (out, in); (kh, kw, in, out) -> (out, in, kh, kw);
+# and back
 TORCH_AXES, FROST_AXES = {2: (1, 0), 4: (3, 2, 0, 1)}, {2: (1, 0), 4: (2, 3, 1, 0)}
 RESNETS = {"resnet18": resnet.resnet18, "resnet34": resnet.resnet34, "resnet50": resnet.resnet50}
 
@@ -50,8 +53,8 @@ class WeightsError(UsageError):
 
 
 def _named_leaves(tree, rename) -> list:
-    """[(peer name, transposed?, leaf)] for the leaves of `tree` in order; `rename(path, ndim)` names
-    them from their dotted PyTree path ('blocks.0.qkv.weight')."""
+    """[(peer name, transposed?, leaf)] for the leaves of `tree` in order; `rename(path, ndim)`
+    names them from their dotted PyTree path ('blocks.0.qkv.weight')."""
     return [
         (
             *rename(jax.tree_util.keystr(tree_path, simple=True, separator="."), len(leaf.shape)),
@@ -70,8 +73,9 @@ def _brief(keys, limit=8) -> str:
 
 
 def read_weights(source) -> dict:
-    """A state dict from a safetensors file, a .pth/.bin file (read with torch.load(weights_only=True),
-    when torch is installed), or a dict of arrays or torch tensors."""
+    """A state dict from a safetensors file, a .pth/.bin file (read with
+    torch.load(weights_only=True), when torch is installed), or a dict of arrays or torch
+    tensors."""
     if isinstance(source, dict):  # torch tensors (bf16 too) or arrays
         return {
             k: v.detach().cpu().float().numpy()
@@ -97,7 +101,7 @@ def read_weights(source) -> dict:
             ) from None
         try:
             loaded = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as e:  # noqa: BLE001 - pickle and zip errors alike; weights_only refuses code
+        except Exception as e:
             raise UsageError(f"{path}: not a readable PyTorch weights file ({e})") from None
         if not isinstance(loaded, dict):
             raise UsageError(f"{path}: holds a {type(loaded).__name__}, not a state dict")
@@ -106,13 +110,14 @@ def read_weights(source) -> dict:
         return {
             k: np.asarray(v) for k, v in load_file(str(path)).items()
         }  # the flax reader: bfloat16 too
-    except Exception as e:  # noqa: BLE001 - safetensors' own error types; the file is named either way
+    except Exception as e:
         raise UsageError(f"{path}: not a readable safetensors file ({e})") from None
 
 
 def _fill(template, weights: dict, rename, source, ignore=()):
-    """`template` (a tree of ShapeDtypeStructs) filled from `weights` {peer name: array}; `rename(path,
-    ndim)` gives a leaf's (peer name, transposed?). Keys ending in `ignore` may be left over."""
+    """`template` (a tree of ShapeDtypeStructs) filled from `weights` {peer name: array};
+    `rename(path, ndim)` gives a leaf's (peer name, transposed?). Keys ending in `ignore` may be
+    left over."""
     wanted = {
         name: (
             leaf,
@@ -164,7 +169,8 @@ def _gpt2_name(path: str, ndim: int) -> tuple[str, bool]:
 
 
 def _gpt2_options(config: dict, source) -> dict:
-    """GPT's constructor arguments for a transformers GPT2Config (its defaults fill missing fields)."""
+    """GPT's constructor arguments for a transformers GPT2Config (its defaults fill missing
+    fields)."""
     if config.get("model_type") != "gpt2":
         raise UsageError(
             f"{source}: model_type {config.get('model_type')!r}, but only 'gpt2' checkpoints load"
@@ -267,8 +273,8 @@ def save_hf_gpt2(model: gpt.GPT, path) -> pathlib.Path:
 
 
 def _resnet_rename(model):
-    """The renaming rule of `model`'s leaves. Each block's torchvision prefix ('layer2.0') comes from
-    its position: a stage starts with the first block or a projection."""
+    """The renaming rule of `model`'s leaves. Each block's torchvision prefix ('layer2.0') comes
+    from its position: a stage starts with the first block or a projection."""
     stages, stage, j = [], 0, 0
     for i, block in enumerate(model.blocks):
         stage, j = (stage + 1, 0) if i == 0 or block.shortcut is not None else (stage, j + 1)
@@ -276,9 +282,8 @@ def _resnet_rename(model):
 
     def rename(path: str, ndim: int) -> tuple[str, bool]:
         """(torchvision name, transposed?): conv and fc weights (ndim >= 2) are transposed."""
-        p = path.split(
-            "."
-        )  # stem.layers.1.running_mean, blocks.4.shortcut.layers.0.weight, head.bias
+        # stem.layers.1.running_mean, blocks.4.shortcut.layers.0.weight, head.bias
+        p = path.split(".")
         if p[0] == "stem":
             return ("conv1." if p[2] == "0" else "bn1.") + p[3], ndim >= 2
         if p[0] == "head":

@@ -2,7 +2,8 @@
 
     mesh = make_mesh(data=8)                         # or make_mesh(data=4, model=2)
     shardings = fsdp(state.tree(), mesh)             # or replicated(...), tensor_parallel(...)
-    step = make_train_step(opt, loss, shardings=(shardings["model"], shardings["opt_state"], batch_sharding(mesh)))
+    step = make_train_step(opt, loss, shardings=(shardings["model"], shardings["opt_state"],
+    batch_sharding(mesh)))
 
 Computation follows the data: the training step is the same function on one device or many;
 only the shardings given to `jax.jit` change, and XLA inserts the collectives (all-reduce of
@@ -16,13 +17,15 @@ import os
 
 import jax
 import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from frost.config import UsageError
 
 
 def make_mesh(data: int | None = None, model: int = 1, devices=None) -> Mesh:
-    """A ("data", "model") mesh over `devices` (all of them by default); data defaults to the rest."""
+    """A ("data", "model") mesh over `devices` (all of them by default); data defaults to the
+    rest."""
     devices = list(jax.devices() if devices is None else devices)
     data = len(devices) // model if data is None else data
     if data * model != len(devices) or data < 1 or model < 1:

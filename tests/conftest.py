@@ -17,8 +17,8 @@ if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
         os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0"
     ).strip()
 
-import jax  # noqa: E402
-import pytest  # noqa: E402
+import jax
+import pytest
 
 jax.config.update("jax_numpy_dtype_promotion", "strict")
 jax.config.update("jax_numpy_rank_promotion", "raise")

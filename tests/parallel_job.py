@@ -1,4 +1,5 @@
-"""Helper for tests/test_parallel.py, run in subprocesses (the device count is fixed at JAX start-up).
+"""Helper for tests/test_parallel.py, run in subprocesses (the device count is fixed at JAX
+start-up).
 
     python tests/parallel_job.py strategies          # 8 forced CPU devices: 1 vs 8 devices
     python tests/parallel_job.py process I N PORT    # one of N real processes on localhost
@@ -82,9 +83,8 @@ def losses(setup, mesh=None, strategy=None, batch=16):
             parallel.put(model, sh["model"]),
             parallel.put(opt_state, sh["opt_state"]),
         )
-        nbytes = sum(
-            leaf.addressable_shards[0].data.nbytes for leaf in jax.tree.leaves(model)
-        )  # one device
+        # one device
+        nbytes = sum(leaf.addressable_shards[0].data.nbytes for leaf in jax.tree.leaves(model))
     step = loop.make_train_step(opt, loss_fn, shardings=shardings)
     out = []
     with data.Loader(

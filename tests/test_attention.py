@@ -95,15 +95,18 @@ CASES = [  # b, t, s, h, d, causal, masked, dtype, blocks
 @pytest.mark.parametrize("b,t,s,h,d,causal,masked,dtype,blocks", CASES)
 def test_kernel_matches_reference(key, b, t, s, h, d, causal, masked, dtype, blocks):
     q, k, v, do, mask = inputs(key, b, t, s, h, d, dtype, masked)
-    kernel = lambda q, k, v: flash_attention(
-        q,
-        k,
-        v,
-        causal=causal,
-        key_padding_mask=mask,  # noqa: E731
-        block_sizes=blocks,
-        interpret=True,
-    )
+
+    def kernel(q, k, v):
+        return flash_attention(
+            q,
+            k,
+            v,
+            causal=causal,
+            key_padding_mask=mask,
+            block_sizes=blocks,
+            interpret=True,
+        )
+
     reference = lambda q, k, v: attention_reference(q, k, v, causal=causal, key_padding_mask=mask)  # noqa: E731
     got = value_and_grads(kernel, q, k, v, do)
     assert_close(got, value_and_grads(reference, q, k, v, do), dtype)
@@ -122,14 +125,16 @@ def test_lowers_to_triton(d, causal, masked, dtype):
     mask = jax.ShapeDtypeStruct((2, 300), jnp.bool_) if masked else None
 
     def loss(q, k, v, mask):
-        attend = lambda q, k, v: flash_attention(
-            q,
-            k,
-            v,
-            causal=causal,
-            key_padding_mask=mask,  # noqa: E731
-            interpret=False,
-        )
+        def attend(q, k, v):
+            return flash_attention(
+                q,
+                k,
+                v,
+                causal=causal,
+                key_padding_mask=mask,
+                interpret=False,
+            )
+
         out, vjp = jax.vjp(attend, q, k, v)
         return vjp(out)
 

@@ -50,7 +50,8 @@ def test_speedup_interpolates_in_log_steps():
         "<",
     )  # worse than AdamW's shortest budget
     assert protocol.steps_to_reach(steps, losses, 1.5) == (400, ">")  # better than its longest
-    # a longer budget that came out worse counts as the shorter one's loss (running minimum): [3, 2, 2]
+    # a longer budget that came out worse counts as the shorter one's loss (running minimum): [3, 2,
+    # 2]
     assert protocol.steps_to_reach(steps, [3.0, 2.0, 2.5], 2.2) == (
         pytest.approx(100 * 2**0.8),
         "=",
@@ -92,9 +93,8 @@ def test_equal_tuning_budget():
     no_decay = protocol.grid("optax:adam", optax.adam, 1e-3)
     assert {len(g) for g in builtin.values()} == {len(user), len(no_decay)} == {24}
     lrs = sorted({t["learning_rate"] for t in builtin["adamw"]})
-    assert len(lrs) == 6 and np.allclose(
-        np.diff(np.log2(lrs)), 1, atol=0.01
-    )  # log-spaced, x2 apart
+    # log-spaced, x2 apart
+    assert len(lrs) == 6 and np.allclose(np.diff(np.log2(lrs)), 1, atol=0.01)
     assert (
         len({t["learning_rate"] for t in user}) == 12
         and len({t["learning_rate"] for t in no_decay}) == 24
@@ -144,7 +144,8 @@ def test_vmapped_runs_equal_the_same_runs_one_at_a_time(data, name, hyperparams,
         engine.Run(hyperparams[0], 1, 30),
     ]
     results = _compare(data, name, runs)
-    sizes = []  # with no memory to spare, the group falls back to one run at a time: the same numbers
+    # with no memory to spare, the group falls back to one run at a time: the same numbers
+    sizes = []
     monkeypatch.setattr(engine, "free_memory", lambda: 0)
     monkeypatch.setattr(
         engine, "_init", lambda *a, _init=engine._init: sizes.append(len(a[3])) or _init(*a)
@@ -163,8 +164,9 @@ def test_a_run_made_to_diverge_is_counted_with_its_step(data, tmp_path, monkeypa
         "import jax, jax.numpy as jnp, optax\n"
         "def make(learning_rate, weight_decay=0.0):\n"
         "    def update(g, count, params=None):  # NaN updates from step 5 on\n"
-        "        return jax.tree.map(lambda x: jnp.where(count >= 5, jnp.nan, -1e-3 * x), g), count + 1\n"
-        "    return optax.GradientTransformation(lambda p: jnp.zeros([], jnp.int32), update)\n"
+        "        return jax.tree.map(lambda x: jnp.where(count >= 5, jnp.nan, -1e-3 * x), g), "
+        "count + 1\n    return optax.GradientTransformation(lambda p: jnp.zeros([], jnp.int32), "
+        "update)\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     runs = [engine.Run({"learning_rate": 1.0, "weight_decay": 0.0}, 0, 20)]
@@ -184,9 +186,8 @@ def test_a_run_made_to_diverge_is_counted_with_its_step(data, tmp_path, monkeypa
 @pytest.fixture(scope="module")
 def audited(tmp_path_factory):
     out = tmp_path_factory.mktemp("audit")
-    with jax.numpy_dtype_promotion(
-        "standard"
-    ):  # optax mixes Python floats and int32 counts (refused under strict)
+    # optax mixes Python floats and int32 counts (refused under strict)
+    with jax.numpy_dtype_promotion("standard"):
         argv = [
             "audit",
             *SMALL,
@@ -283,9 +284,8 @@ def test_a_restarted_audit_skips_finished_runs_and_reproduces_the_report(
         AuditConfig(workload="image", quick=True, budget=20, optimizers="adamw", out=str(out)),
         progress=False,
     )
-    assert (
-        sum(len(g.runs) for g in trained) <= 18 - len(before) + 2
-    )  # at most one batch of 3 was cut short
+    # at most one batch of 3 was cut short
+    assert sum(len(g.runs) for g in trained) <= 18 - len(before) + 2
     assert all((out / "runs" / name).read_bytes() == data for name, data in before.items())
     first = report.read_text()
     trained.clear()
@@ -297,12 +297,15 @@ def test_a_restarted_audit_skips_finished_runs_and_reproduces_the_report(
         == first
         and not trained
     )  # all on disk: nothing trained
+
     # the same numbers as the uninterrupted audit's AdamW runs
-    losses = lambda folder: {
-        (r["hyperparams"]["learning_rate"], r["seed"], r["steps"]): r["final_loss"]  # noqa: E731
-        for r in json.loads((folder / "results.json").read_text())["runs"]
-        if r["optimizer"] == "adamw"
-    }
+    def losses(folder):
+        return {
+            (r["hyperparams"]["learning_rate"], r["seed"], r["steps"]): r["final_loss"]
+            for r in json.loads((folder / "results.json").read_text())["runs"]
+            if r["optimizer"] == "adamw"
+        }
+
     assert losses(out) == losses(audited)
 
 

@@ -4,7 +4,8 @@ The sharded cases run this file as a script in subprocesses, since the device co
 multi-process runtime are fixed when JAX starts (and this pytest process has started it):
 
     python tests/test_checkpoint.py devices DIR           # 8 forced CPU devices, one process
-    python tests/test_checkpoint.py process I N PORT DIR  # process I of N on localhost, 4 devices each
+    python tests/test_checkpoint.py process I N PORT DIR  # process I of N on localhost, 4 devices
+    each
 """
 
 import json
@@ -31,7 +32,8 @@ TIMEOUT = 240
 
 
 def build(make, key):
-    """make(key) compiled without XLA's backend optimisation: CPU compiles random-number code ~10x faster so."""
+    """make(key) compiled without XLA's backend optimisation: CPU compiles random-number code ~10x
+    faster so."""
     return jax.jit(make, compiler_options={"xla_backend_optimization_level": 0})(key)
 
 
@@ -118,9 +120,8 @@ def test_corrupt_and_mismatched_checkpoints_name_the_file_and_entry(tmp_path, ke
     (path / "manifest.json").write_text("{truncated")
     with pytest.raises(checkpoint.CheckpointError, match="manifest.json: cannot read"):
         checkpoint.load(path, tree)
-    (
-        path / "manifest.json"
-    ).unlink()  # a deleted manifest: still the latest, refused, never a silent rollback
+    # a deleted manifest: still the latest, refused, never a silent rollback
+    (path / "manifest.json").unlink()
     assert path in checkpoint.checkpoints(tmp_path)
     with pytest.raises(
         checkpoint.CheckpointError, match=f"damaged: remove {path} to resume from the one before"
@@ -183,7 +184,8 @@ def test_process_killed_mid_save_leaves_previous_checkpoint(tmp_path):
 
 
 def env(devices: int):
-    flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={devices}"  # conftest's too
+    # conftest's flags too
+    flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={devices}"
     return {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": flags.strip()}
 
 
@@ -261,7 +263,8 @@ def test_two_processes_write_and_read_half_each(tmp_path):
 
 
 def sample_state():
-    """A GPT's parameters, AdamW state and key, every float leaf random (host values, same in every process)."""
+    """A GPT's parameters, AdamW state and key, every float leaf random (host values, same in every
+    process)."""
     model = jax.eval_shape(
         lambda k: gpt.GPT(64, 32, 2, 4, 16, rotary=True, key=k), jax.random.key(0)
     )
@@ -283,7 +286,8 @@ def sample_state():
 
 
 def place(host, shardings, mesh):
-    """Host values laid out with `shardings`, plus a replicated PRNG key and an array local to each process."""
+    """Host values laid out with `shardings`, plus a replicated PRNG key and an array local to each
+    process."""
     key = jax.jit(
         lambda: jax.random.key(7),
         out_shardings=jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()),
@@ -395,7 +399,7 @@ def process_job(index, count, port, folder):
     path = checkpoint.save(folder, 1, place(host, sh8, mesh8))
     written = (path / f"arrays.{index}.safetensors").stat().st_size
     with checkpoint.safe_open(str(path / f"arrays.{index}.safetensors"), framework="numpy") as f:
-        writes_local = "local#0" in f.keys()
+        writes_local = "local#0" in f.keys()  # noqa: SIM118 (safe_open is not a Mapping)
     total = sum(f.stat().st_size for f in path.glob("arrays.*.safetensors"))
     checkpoint.safe_open = reads = CountingReads(checkpoint.safe_open)
     restored = {}
@@ -412,9 +416,8 @@ def process_job(index, count, port, folder):
         restored[name] = matches(loaded, host)
         if name == "same mesh":
             read_same_mesh = reads.count - before
-    local = checkpoint.save(
-        folder / "local", 1, {"w": jnp.arange(4.0)}
-    )  # no global array: process 0 writes it
+    # no global array: process 0 writes it
+    local = checkpoint.save(folder / "local", 1, {"w": jnp.arange(4.0)})
     from jax.experimental import multihost_utils
 
     multihost_utils.sync_global_devices("local saved")

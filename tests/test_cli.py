@@ -74,9 +74,8 @@ def test_a_mistake_is_one_line_with_exit_code_2(argv, message, tmp_path, capsys)
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("frost: error: ") and message in err[-1], err
     assert not any("Traceback" in line for line in err)
-    assert not (
-        tmp_path / "out"
-    ).exists()  # nothing half-written: a failed set-up leaves no run directory
+    # nothing half-written: a failed set-up leaves no run directory
+    assert not (tmp_path / "out").exists()
     assert sorted(p.name for p in (tmp_path / "stale").iterdir()) == ["train.bin"]
 
 
@@ -96,7 +95,10 @@ def test_the_process_prints_one_line_and_debug_shows_the_traceback():
 @pytest.mark.skipif(sys.platform != "linux", reason="glibc's tunables: Linux only")
 @pytest.mark.parametrize("opt_out", ["", "1"])
 def test_the_program_reexecutes_once_with_huge_pages(opt_out):
-    code = "import os; from frost.cli import huge_pages; huge_pages(); print(os.environ.get('GLIBC_TUNABLES'), flush=True)"
+    code = (
+        "import os; from frost.cli import huge_pages; huge_pages(); "
+        "print(os.environ.get('GLIBC_TUNABLES'), flush=True)"
+    )
     env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"} | {
         "FROST_NO_HUGE_PAGES": opt_out
     }

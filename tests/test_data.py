@@ -280,10 +280,9 @@ def test_no_leaks_after_early_stop_consumer_error_and_garbage_collection():
             break
         assert len(frost_shm()) == loader.prefetch and len(frost_children()) == 2
     assert_clean()
-    with pytest.raises(ZeroDivisionError):
-        with make(workers=1) as loader:
-            for _ in loader:
-                1 / 0
+    with pytest.raises(ZeroDivisionError), make(workers=1) as loader:
+        for _ in loader:
+            raise ZeroDivisionError
     assert_clean()
     loader = make(workers=1, backend="process")
     next(iter(loader))
@@ -345,9 +344,8 @@ def test_cifar_reader(tmp_path):
     got_images, got_labels = data.read_cifar([tmp_path / "data_batch_1.bin"], kind=10)
     np.testing.assert_array_equal(got_images, images)
     np.testing.assert_array_equal(got_labels, labels)
-    coarse = np.concatenate(
-        [labels[:, None] // 2, records], axis=1
-    )  # CIFAR-100: coarse, fine, pixels
+    # CIFAR-100: coarse, fine, pixels
+    coarse = np.concatenate([labels[:, None] // 2, records], axis=1)
     (tmp_path / "train.bin").write_bytes(coarse.tobytes())
     np.testing.assert_array_equal(data.read_cifar(tmp_path / "train.bin", kind=100)[1], labels)
     for i in range(2, 6):
@@ -373,9 +371,9 @@ def test_image_folder_and_unreadable_image(tmp_path):
     assert label == 1 and folder[4][0].shape == (9, 7, 3)
     bad = tmp_path / "dog" / "6.jpg"
     bad.write_bytes(b"\xff\xd8 truncated")
-    with data.Loader(data.ImageFolder(tmp_path), 2, shuffle=False, workers=1) as loader:
-        with pytest.raises(data.WorkerError, match=f"cannot read image {bad}"):
-            list(loader)
+    loader = data.Loader(data.ImageFolder(tmp_path), 2, shuffle=False, workers=1)
+    with loader, pytest.raises(data.WorkerError, match=f"cannot read image {bad}"):
+        list(loader)
     assert_clean()
 
 

@@ -130,7 +130,8 @@ def test_errors(key):
 
 
 def build(make, key):
-    """make(key) compiled without XLA's backend optimisation: CPU compiles random-number code ~10x faster so."""
+    """make(key) compiled without XLA's backend optimisation: CPU compiles random-number code ~10x
+    faster so."""
     return jax.jit(make, compiler_options={"xla_backend_optimization_level": 0})(key)
 
 

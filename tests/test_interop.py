@@ -24,7 +24,8 @@ forward = jax.jit(lambda model, x: model(x))
 
 
 def build(make, key):
-    """make(key) compiled without XLA's backend optimisation: CPU compiles random-number code ~10x faster so."""
+    """make(key) compiled without XLA's backend optimisation: CPU compiles random-number code ~10x
+    faster so."""
     return jax.jit(make, compiler_options={"xla_backend_optimization_level": 0})(key)
 
 
@@ -132,7 +133,8 @@ def test_gpt2_mismatches_are_one_error(hf_gpt2, tmp_path, key):
 
 
 def write_gpt2_tokenizer_files(tok, folder, seed=0):
-    """vocab.json + merges.txt of a Frost tokenizer, its ids shuffled (HF's files number tokens freely)."""
+    """vocab.json + merges.txt of a Frost tokenizer, its ids shuffled (HF's files number tokens
+    freely)."""
     chars = text_io._byte_chars()
     names = ["".join(chars[b] for b in token) for token in tok.vocab] + list(tok.special)
     order = list(range(len(names)))
@@ -185,9 +187,8 @@ def test_frost_sample_hf_samples_from_a_gpt2_folder(tmp_path, capsys):
     transformers.GPT2LMHeadModel(config).save_pretrained(tmp_path)
     assert cli(["sample", "--hf", str(tmp_path), "--prompt", "And God said", "--tokens", "6"]) == 0
     assert capsys.readouterr().out.startswith("And God said")
-    assert (
-        cli(["sample", "--hf", str(tmp_path), str(tmp_path)]) == 2
-    )  # a run directory or --hf, not both
+    # a run directory or --hf, not both
+    assert cli(["sample", "--hf", str(tmp_path), str(tmp_path)]) == 2
     assert "one of them" in capsys.readouterr().err
 
 
@@ -340,8 +341,8 @@ def test_resnet_mismatches_are_one_error(key, tmp_path):
     with pytest.raises(UsageError) as error:
         interop.load_torch_resnet(state, "resnet18")
     assert str(error.value).endswith(
-        "missing keys: layer4.1.conv2.weight; unexpected keys: layer5.0.conv1.weight; shapes that differ: "
-        "layer2.0.conv1.weight [128, 64, 1, 1] (the model's is [128, 64, 3, 3])"
+        "missing keys: layer4.1.conv2.weight; unexpected keys: layer5.0.conv1.weight; shapes that "
+        "differ: layer2.0.conv1.weight [128, 64, 1, 1] (the model's is [128, 64, 3, 3])"
     )
     with pytest.raises(
         UsageError, match="name 'resnet20': choose one of resnet18, resnet34, resnet50"

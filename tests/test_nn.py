@@ -46,7 +46,7 @@ def compare(layer, torch_layer, params, x, *, channels_first=False, train=False,
         y, _ = nn.apply(layer, x, train=train, key=key)
         return jnp.sum(y * cot), y
 
-    y_shape = jax.eval_shape(lambda l, x: nn.apply(l, x, train=train, key=key)[0], layer, x).shape
+    y_shape = jax.eval_shape(lambda m, x: nn.apply(m, x, train=train, key=key)[0], layer, x).shape
     cot = rng.standard_normal(y_shape).astype(np.float32)
     floating = jnp.issubdtype(x.dtype, jnp.floating)
     argnums = (0, 1) if floating else 0
@@ -106,9 +106,8 @@ def test_conv2d(key, kw):
     layer = nn.Conv2d(4, 6, key=key, **kw)
     tkw = {k: v for k, v in kw.items() if k not in ("use_bias", "padding")}
     pad = kw.get("padding", 0)
-    if isinstance(pad, tuple) and isinstance(
-        pad[0], tuple
-    ):  # asymmetric: pad the torch input by hand
+    # asymmetric: pad the torch input by hand
+    if isinstance(pad, tuple) and isinstance(pad[0], tuple):
         torch_conv = torch.nn.Conv2d(4, 6, bias=kw.get("use_bias", True), **tkw)
         (l0, h0), (l1, h1) = pad
         torch_layer = torch.nn.Sequential(torch.nn.ZeroPad2d((l1, h1, l0, h0)), torch_conv)
@@ -147,7 +146,7 @@ def test_batchnorm_train_steps_running_stats_and_eval(key):
         torch_layer.weight.copy_(torch.tensor(np.asarray(layer.weight)))
         torch_layer.bias.copy_(torch.tensor(np.asarray(layer.bias)))
     torch_layer.train()
-    step = jax.jit(lambda l, x: nn.apply(l, x, train=True))
+    step = jax.jit(lambda m, x: nn.apply(m, x, train=True))
     for i in range(4):
         x = rand((4, 5, 5, 3), 10 + i) * 3.0 + 1.0
         y, layer = step(layer, x)
@@ -317,9 +316,8 @@ def test_dropout_eval_identity_and_train_statistics(key):
     close(y, y2)  # same key, same mask
     y3, _ = nn.apply(drop, x, train=True, key=jax.random.key(1))
     assert not np.array_equal(np.asarray(y3), np.asarray(y))
-    y4 = jax.jit(lambda x, k: nn.Dropout(0.25)(x, key=k))(
-        x, key
-    )  # an explicit key drops, even outside apply
+    # an explicit key drops, even outside apply
+    y4 = jax.jit(lambda x, k: nn.Dropout(0.25)(x, key=k))(x, key)
     assert abs((np.asarray(y4) != 0).mean() - 0.75) < 0.01 and np.isclose(
         np.asarray(y4).max(), 1 / 0.75
     )
@@ -329,9 +327,8 @@ def test_batchnorm_statistics_of_a_layer_not_in_the_model_raise(key):
     bn = nn.BatchNorm(3)
     x = jax.random.normal(key, (8, 4, 4, 3))
     with pytest.raises(ValueError, match="not part of the model given to apply"):
-        nn.apply(
-            lambda x: bn.replace(weight=bn.weight * 1.0)(x), x, train=True
-        )  # a copy made inside the pass
+        # a copy made inside the pass
+        nn.apply(lambda x: bn.replace(weight=bn.weight * 1.0)(x), x, train=True)
 
 
 def test_embedding_refuses_out_of_range_ids_and_never_wraps(key):
@@ -484,7 +481,8 @@ def test_pytorch_default_init_bounds(key):
         (
             lambda k: nn.Linear(3, 4, key=k),
             jnp.ones((2, 5)),
-            r"Linear\(in_features=3, out_features=4\) expected input \(\.\.\., 3\), got shape \(2, 5\)",
+            r"Linear\(in_features=3, out_features=4\) expected input \(\.\.\., 3\), got shape \(2, "
+            r"5\)",
         ),
         (
             lambda k: nn.Linear(3, 4, key=k),

@@ -21,7 +21,8 @@ TIMEOUT = 300
 
 
 def env(devices: int):
-    flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={devices}"  # conftest's too
+    # conftest's flags too
+    flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={devices}"
     return {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": flags.strip()}
 
 

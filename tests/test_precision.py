@@ -16,7 +16,8 @@ FP32, BF16 = precision.policy("fp32"), precision.policy("bf16")
 
 
 def build(make, key):
-    """make(key) compiled without XLA's backend optimisation: CPU compiles random-number code ~10x faster so."""
+    """make(key) compiled without XLA's backend optimisation: CPU compiles random-number code ~10x
+    faster so."""
     return jax.jit(make, compiler_options={"xla_backend_optimization_level": 0})(key)
 
 
@@ -72,7 +73,8 @@ def test_bf16_forward_of_gpt_and_resnet_tracks_fp32(key):
 
 
 def test_norm_statistics_are_float32_for_bf16_inputs():
-    # A large mean against a unit spread: centering in bf16 loses the signal, float32 statistics keep it.
+    # A large mean against a unit spread: centering in bf16 loses the signal, float32 statistics
+    # keep it.
     x = jnp.asarray(100 + np.random.default_rng(2).standard_normal((16, 256)), jnp.bfloat16)
     reference = (
         x.astype(jnp.float32) - jnp.mean(x.astype(jnp.float32), -1, keepdims=True)
@@ -138,7 +140,8 @@ def regression_loss(w, x, y, policy):
 
 @jax.jit
 def train(w, x, y, scaler):
-    """50 SGD steps with fp32, plain fp16 and loss-scaled fp16 gradients; returns the final losses."""
+    """50 SGD steps with fp32, plain fp16 and loss-scaled fp16 gradients; returns the final
+    losses."""
 
     def fp32_step(w, _):
         return w - LR * jax.grad(regression_loss)(w, x, y, FP32), None
@@ -175,9 +178,8 @@ def test_fp16_gradients_underflow_and_loss_scaling_recovers():
 
 def test_loss_scale_skips_overflowing_steps_then_grows_back():
     x, y, w = regression()
-    start, fp32, _, scaled, s = train(
-        w, x, y, precision.loss_scale(2.0**52)
-    )  # overflows fp16 at first
+    # overflows fp16 at first
+    start, fp32, _, scaled, s = train(w, x, y, precision.loss_scale(2.0**52))
     assert int(s.skipped) >= 5 and scaled < 1e-2 * start
     state = precision.loss_scale(4.0)
     for finite in [True] * 10 + [False, True]:
@@ -220,7 +222,8 @@ def step_losses(model, batch, precision_name, steps=50):
 def test_bf16_and_fp16_training_steps_track_fp32_over_50_steps(name, key):
     rng = np.random.default_rng(0)
     if name == "gpt":
-        # small models: compiling the three 50-step programs is most of the time (one block: 31 s -> 18 s)
+        # small models: compiling the three 50-step programs is most of the time (one block: 31 s ->
+        # 18 s)
         model = build(lambda k: gpt.GPT(64, 32, 1, 2, 16, rotary=True, key=k), key)
         ids = jnp.asarray(rng.integers(0, 64, (8, 17)), jnp.int32)
         batch = (ids[:, :-1], ids[:, 1:])
@@ -237,6 +240,7 @@ def test_bf16_and_fp16_training_steps_track_fp32_over_50_steps(name, key):
     for low in ("bf16", "fp16"):
         losses, finite, skipped = step_losses(model, batch, low)
         assert finite.all() and int(skipped[-1]) == 0
-        # stated tolerance: every loss within 3% (bf16) / 1% (fp16) of the fp32 run's, relative to the first
+        # stated tolerance: every loss within 3% (bf16) / 1% (fp16) of the fp32 run's, relative to
+        # the first
         tol = 0.03 if low == "bf16" else 0.01
         assert np.max(np.abs(losses - fp32)) < tol * fp32[0], (low, losses[-5:], fp32[-5:])

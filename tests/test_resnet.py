@@ -1,4 +1,5 @@
-"""ResNets against a PyTorch reference written here, given the same weights: logits and gradients."""
+"""ResNets against a PyTorch reference written here, given the same weights: logits and
+gradients."""
 
 import jax
 import jax.numpy as jnp
@@ -97,12 +98,12 @@ def test_cifar_resnet_matches_torch(key, depths, widths, option):
             -jnp.take_along_axis(jax.nn.log_softmax(logits), jnp.asarray(labels)[:, None], 1)
         ), (logits, new)
 
-    (l, (logits, new)), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(model)
+    (value, (logits, new)), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(model)
     tlogits = ref(torch.tensor(x.transpose(0, 3, 1, 2)))
     tl = F.cross_entropy(tlogits, torch.tensor(labels))
     tl.backward()
     np.testing.assert_allclose(logits, tlogits.detach().numpy(), rtol=1e-4, atol=1e-5)
-    np.testing.assert_allclose(l, tl.item(), rtol=1e-5)
+    np.testing.assert_allclose(value, tl.item(), rtol=1e-5)
     g = {
         jax.tree_util.keystr(p, simple=True, separator=".").replace("layers.", ""): v
         for p, v in jax.tree_util.tree_flatten_with_path(grads)[0]

@@ -92,8 +92,8 @@ def test_cartpole_steps_as_gymnasium():
 
 
 class BsuiteCatch:
-    """bsuite/environments/catch.py (Osband et al. 2020), written out: bsuite itself does not install
-    on this Python. Actions (-1, 0, +1); the ball's column is given at reset."""
+    """bsuite/environments/catch.py (Osband et al. 2020), written out: bsuite itself does not
+    install on this Python. Actions (-1, 0, +1); the ball's column is given at reset."""
 
     def __init__(self, rows=10, columns=5):
         self.rows, self.columns = rows, columns
@@ -170,9 +170,8 @@ def test_breakout_steps_as_minatar():
         np.testing.assert_array_equal(np.array(seen), np.asarray(observe(states)))
         np.testing.assert_array_equal(np.array(got), np.stack([rewards, dones], 1))
     episodes = np.split(follow[2], np.flatnonzero(follow[3]) + 1)
-    assert (
-        max(e.sum() for e in episodes) > 30
-    )  # an episode cleared all 30 bricks, so they were refilled
+    # an episode cleared all 30 bricks, so they were refilled
+    assert max(e.sum() for e in episodes) > 30
     assert rand[3].sum() > 100
 
 
@@ -180,8 +179,8 @@ def test_breakout_steps_as_minatar():
 
 
 def test_gae_on_a_written_out_trajectory():
-    # gamma = lam = 0.5; V = 1, 2, 3, then 4 to bootstrap from; rewards 1; the episode ends at t = 1.
-    #   t=2: delta = 1 + 0.5*4 - 3 = 0,  A = 0
+    # gamma = lam = 0.5; V = 1, 2, 3, then 4 to bootstrap from; rewards 1; the episode ends at t =
+    # 1.   t=2: delta = 1 + 0.5*4 - 3 = 0,  A = 0
     #   t=1: delta = 1 - 2 = -1 (done: no bootstrap, no carry),  A = -1
     #   t=0: delta = 1 + 0.5*2 - 1 = 1,  A = 1 + 0.25*(-1) = 0.75
     adv, ret = ppo.gae(
@@ -247,7 +246,8 @@ def test_dqn_targets_and_epsilon():
 
 def test_cli_anakin_ppo_end_to_end(tmp_path, capsys):
     """`frost rl ppo --env cartpole --seeds 2`: both seeds' returns rise; the run dir holds
-    metrics.jsonl, results.json in its contract form, returns.png and a checkpoint `rl eval` runs."""
+    metrics.jsonl, results.json in its contract form, returns.png and a checkpoint `rl eval`
+    runs."""
     out = tmp_path / "run"
     frost_rl("ppo", "--env", "cartpole", "--seeds", "2", "--steps", "40960", "--out", str(out))
     results = json.loads((out / "results.json").read_text())
@@ -405,7 +405,8 @@ def test_anakin_shards_seeds_over_devices():
         import jax, jax.numpy as jnp, numpy as np
         from frost.rl import anakin
         def init(key):
-            return {"x": jax.random.key_data(key).astype(jnp.float32), "n": jnp.zeros((), jnp.int32)}
+            x = jax.random.key_data(key).astype(jnp.float32)
+            return {"x": x, "n": jnp.zeros((), jnp.int32)}
         def iteration(r, _):
             return {"x": r["x"] * 0.5 + 1.0, "n": r["n"] + 1}, r["x"].sum()
         r = anakin.run(init, iteration, [0, 1, 2, 3], 6, chunk=3)

@@ -1,4 +1,5 @@
-"""frost.text: byte-level BPE checked against a naive trainer written here and against HF tokenizers."""
+"""frost.text: byte-level BPE checked against a naive trainer written here and against HF
+tokenizers."""
 
 import json
 import os
@@ -16,7 +17,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from frost.config import UsageError
-from frost.text.bpe import _pieces
 from frost.text import (
     GPT4_PATTERN,
     Tokenizer,
@@ -31,6 +31,7 @@ from frost.text import (
     train,
     train_counts,
 )
+from frost.text.bpe import _pieces
 
 tokenizers = pytest.importorskip("tokenizers")
 EOT = "<|endoftext|>"
@@ -201,7 +202,8 @@ def test_ties_and_int64_counts():
 
 
 def test_duplicate_token_reuses_id():
-    # (a, a) -> "aa"; (aa, a) and (a, aa) both spell "aaa": one token, two merges (HF allows this too)
+    # (a, a) -> "aa"; (aa, a) and (a, aa) both spell "aaa": one token, two merges (HF allows this
+    # too)
     tok = Tokenizer([(97, 97, 256), (256, 97, 257), (97, 256, 257)])
     assert tok.vocab_size == 258 and tok.encode("aaa") == [257]
     with pytest.raises(ValueError, match="not"):
@@ -249,9 +251,8 @@ def test_long_chunk_matches_hf_in_n_log_n_time(kjv4k, hf4k):
     chunk = "a" * 10_000 + "".join(rng.choices("etaoinshrdlucmfwypvbgk", k=50_000))
     start = time.perf_counter()
     ids = kjv4k.encode(chunk)
-    assert (
-        time.perf_counter() - start < 5
-    )  # 40k letters took 7.8 s when each merge rescanned the chunk
+    # 40k letters took 7.8 s when each merge rescanned the chunk
+    assert time.perf_counter() - start < 5
     assert ids == hf4k.encode(chunk).ids and kjv4k.decode(ids) == chunk
 
 
@@ -413,9 +414,8 @@ def test_cli_train_and_encode(tmp_path, capsys):
     )
     assert token_dtype(65536) == np.uint32
     assert not list(tmp_path.glob(".*.tmp"))  # written atomically
-    paths[1].write_text(
-        f"a{EOT}b", encoding="utf-8"
-    )  # a special token in the text is refused by default
+    # a special token in the text is refused by default
+    paths[1].write_text(f"a{EOT}b", encoding="utf-8")
     for extra in (["--eot", EOT], ["--eot", "<|nope|>"]):
         assert (
             main(
@@ -474,15 +474,16 @@ def test_cli_mistakes_are_one_line(tmp_path, capsys):
 
 def test_imports_and_the_numba_cache(tmp_path):
     """frost.text loads lazily, bpe does not import io (nor numba, until training); with no cache
-    folder numba could write (here, NUMBA_CACHE_DIR, ~/.cache), the merge loop warns, and compiles."""
+    folder numba could write (here, NUMBA_CACHE_DIR, ~/.cache), the merge loop warns, and
+    compiles."""
     from frost.text import merge
 
     shutil.copy(merge.__file__, tmp_path / "merge_copy.py")
     (tmp_path / "__pycache__").write_text("")
     code = (
-        "import sys, frost.text.cli, frost.text; assert 'numpy' not in sys.modules and 'regex' not in sys.modules\n"
-        "import frost.text.bpe; assert 'frost.text.io' not in sys.modules and 'numba' not in sys.modules\n"
-        "import merge_copy"
+        "import sys, frost.text.cli, frost.text; assert 'numpy' not in sys.modules and 'regex' not "
+        "in sys.modules\nimport frost.text.bpe; assert 'frost.text.io' not in sys.modules and "
+        "'numba' not in sys.modules\nimport merge_copy"
     )
     env = {
         **os.environ,

@@ -1,4 +1,5 @@
-"""Training loop and the `frost train` / `frost plot` commands (checkpoints: tests/test_checkpoint.py)."""
+"""Training loop and the `frost train` / `frost plot` commands (checkpoints:
+tests/test_checkpoint.py)."""
 
 import functools
 import json
@@ -13,7 +14,7 @@ import pytest
 from frost import data, optim
 from frost.cli import main as cli
 from frost.models import resnet
-from frost.train import checkpoint, losses, loop
+from frost.train import checkpoint, loop, losses
 
 
 @jax.jit  # one compile instead of one per eager init op
@@ -42,7 +43,8 @@ def test_correct_is_argmax_with_its_ties():
 
 @functools.cache
 def sgd_and_step():
-    """The optimizer of `run` and its jitted step, shared by every run: one compile, not one a run."""
+    """The optimizer of `run` and its jitted step, shared by every run: one compile, not one a
+    run."""
     opt = optim.sgd(optim.one_cycle(12, 0.05), momentum=0.9, nesterov=True, weight_decay=5e-4)
     return opt, loop.make_train_step(opt)
 
@@ -104,18 +106,11 @@ def test_non_finite_last_step_of_an_epoch_is_caught_before_the_checkpoint(tmp_pa
         model = model + 1
         return model, opt_state, {"loss": jnp.float32(0), "finite": model != 6}
 
-    with data.Loader(
-        data.Arrays(np.zeros(48, np.float32)), 8, shuffle=False
-    ) as loader:  # 6 batches
-        with pytest.raises(loop.NonFiniteError, match=r"step 6: .*none yet"):
-            loop.fit(
-                loop.TrainState(jnp.int32(0), (), jax.random.key(0)),
-                step,
-                loader,
-                epochs=1,
-                run_dir=tmp_path,
-                progress=False,
-            )
+    # 6 batches
+    loader = data.Loader(data.Arrays(np.zeros(48, np.float32)), 8, shuffle=False)
+    with loader, pytest.raises(loop.NonFiniteError, match=r"step 6: .*none yet"):
+        state = loop.TrainState(jnp.int32(0), (), jax.random.key(0))
+        loop.fit(state, step, loader, epochs=1, run_dir=tmp_path, progress=False)
     assert checkpoint.latest(tmp_path / "checkpoints") is None
 
 
@@ -124,9 +119,8 @@ def test_train_step_compiles_once_and_updates_batchnorm_statistics(key):
     opt = optim.sgd(0.01)
     step = loop.make_train_step(opt)
     x, y = tiny_data(16)
-    mean_before = np.asarray(
-        model.blocks[0].bn1.running_mean
-    )  # the step donates (frees) its inputs
+    # the step donates (frees) its inputs
+    mean_before = np.asarray(model.blocks[0].bn1.running_mean)
     m1, s1, metrics = step(model, opt.init(model), (jnp.asarray(x[:8]), jnp.asarray(y[:8])), key)
     before = step._cache_size()
     m2, _, _ = step(m1, s1, (jnp.asarray(x[8:]), jnp.asarray(y[8:])), key)
@@ -185,20 +179,20 @@ def test_skip_policy_skips_bad_steps_then_stops_after_max_skips(tmp_path):
         7,
         8,
     ]  # skipped steps are not logged
-    with data.Loader(source, 1, shuffle=False) as loader:
-        with pytest.raises(
-            loop.NonFiniteError, match=r"step 11: .*3 steps in a row .*--max-skips 3"
-        ):
-            loop.fit(
-                loop.TrainState(jnp.int32(0), (), jax.random.key(0)),
-                step,
-                loader,
-                epochs=1,
-                run_dir=tmp_path / "b",
-                progress=False,
-                on_nonfinite="skip",
-                max_skips=3,
-            )
+    with (
+        data.Loader(source, 1, shuffle=False) as loader,
+        pytest.raises(loop.NonFiniteError, match=r"step 11: .*3 steps in a row .*--max-skips 3"),
+    ):
+        loop.fit(
+            loop.TrainState(jnp.int32(0), (), jax.random.key(0)),
+            step,
+            loader,
+            epochs=1,
+            run_dir=tmp_path / "b",
+            progress=False,
+            on_nonfinite="skip",
+            max_skips=3,
+        )
 
 
 def test_resume_drops_metrics_logged_after_the_checkpoint_and_a_cut_last_line(tmp_path):
@@ -209,9 +203,8 @@ def test_resume_drops_metrics_logged_after_the_checkpoint_and_a_cut_last_line(tm
         "".join(json.dumps({"step": s, "loss": 1.0}) + "\n" for s in range(1, 9))
         + '{"step": 9, "lo'
     )
-    assert [r["step"] for r in metrics.read(log)] == list(
-        range(1, 9)
-    )  # the cut last line is skipped
+    # the cut last line is skipped
+    assert [r["step"] for r in metrics.read(log)] == list(range(1, 9))
     metrics.rewind(log, 6)
     assert [r["step"] for r in metrics.read(log)] == list(range(1, 7)) and log.read_text().endswith(
         "\n"
@@ -241,16 +234,14 @@ def test_every_registry_optimizer_trains_in_the_step(name):
         jnp.asarray(rng.integers(0, 3, 32), jnp.int32),
     )
     state, losses = opt.init(model), []
-    with jax.numpy_dtype_promotion(
-        "standard" if name.startswith("optax") else "strict"
-    ):  # optax mixes dtypes
+    # optax mixes dtypes
+    with jax.numpy_dtype_promotion("standard" if name.startswith("optax") else "strict"):
         for i in range(12):
             model, state, metrics = step(model, state, (x, y), jax.random.key(i))
             losses.append(float(metrics["loss"]))
     assert losses[-1] < losses[0]
-    for s in find_states(
-        state, SophiaState
-    ):  # the step refreshed Sophia's Hessian estimate (steps 0 and 10)
+    # the step refreshed Sophia's Hessian estimate (steps 0 and 10)
+    for s in find_states(state, SophiaState):
         assert int(s.h_step) == 10 and all(
             float(jnp.abs(h).sum()) > 0 for h in jax.tree.leaves(s.h)
         )
@@ -378,6 +369,9 @@ def test_cli_model_names_match_the_models_and_keep_jax_out_of_start_up():
     from frost.train.configs import RESNETS
 
     assert set(RESNETS) == set(resnet.MODELS)
-    code = "import sys; from frost.cli import _build_parser; _build_parser(); print('jax' in sys.modules)"
+    code = (
+        "import sys; from frost.cli import _build_parser; _build_parser(); "
+        "print('jax' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "False", out.stderr

@@ -1,14 +1,17 @@
-"""Count code lines in frost/: lines holding a code token (comments, docstrings, blanks are free).
+"""Count code lines in frost/: lines holding a code token of the source as `ruff format` writes it
+(--line-length 100, from pyproject.toml), so folding code onto fewer lines lowers nothing.
+Comments, docstrings and blank lines are free.
 
-python tools/loc.py          # per-file counts and the total (budget: 5000, see DESIGN.md)
+    python tools/loc.py          # per-file counts and the total (budget: 8000, see DESIGN.md)
 """
 
 import io
 import pathlib
+import subprocess
 import sys
 import tokenize
 
-BUDGET = 5000  # DESIGN.md
+BUDGET = 8000  # DESIGN.md
 SKIP = {
     tokenize.COMMENT,
     tokenize.NL,
@@ -20,17 +23,25 @@ SKIP = {
 }
 
 
+def formatted(path: pathlib.Path) -> str:
+    """The file as `ruff format` would write it (the file itself is left as it is)."""
+    out = subprocess.run(
+        ["ruff", "format", "--stdin-filename", str(path), "-"],
+        input=path.read_text(),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return out.stdout
+
+
 def code_lines(source: str) -> int:
     lines = set()
     prev = tokenize.NEWLINE
     for tok in tokenize.generate_tokens(io.StringIO(source).readline):
         # A string standing alone as a statement is a docstring: free.
-        docstring = tok.type == tokenize.STRING and prev in (
-            tokenize.NEWLINE,
-            tokenize.INDENT,
-            tokenize.DEDENT,
-            tokenize.NL,
-        )
+        statement_start = (tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.NL)
+        docstring = tok.type == tokenize.STRING and prev in statement_start
         if tok.type not in SKIP and not docstring:
             lines.update(range(tok.start[0], tok.end[0] + 1))
         if tok.type not in (tokenize.COMMENT, tokenize.NL):
@@ -41,7 +52,7 @@ def code_lines(source: str) -> int:
 def main(root="frost"):
     total = 0
     for path in sorted(pathlib.Path(root).rglob("*.py")):
-        n = code_lines(path.read_text())
+        n = code_lines(formatted(path))
         total += n
         print(f"{n:6d}  {path}")
     print(f"{total:6d}  total (budget {BUDGET})")

@@ -1,6 +1,8 @@
-"""`frost audit`: check optimizers against a tuned AdamW under one protocol (frost/audit/protocol.py).
+"""`frost audit`: check optimizers against a tuned AdamW under one protocol
+(frost/audit/protocol.py).
 
-    frost audit [--workload gpt|image|all] [--optimizers adamw,lion,sophia,muon] [--optimizer MODULE:FUNC ...]
+    frost audit [--workload gpt|image|all] [--optimizers adamw,lion,sophia,muon] [--optimizer
+    MODULE:FUNC ...]
                 [--data PATH] [--budget S] [--seeds N] [--quick] [--out DIR]
 
 The options are generated from `AuditConfig` (frost.config), except the repeatable --optimizer.
@@ -15,9 +17,8 @@ BUILTIN = ("adamw", "adam", "sgd", "sgd-nesterov", "lion", "sophia", "sophia-h",
 
 
 def _names(text):
-    names = text.split(
-        ","
-    )  # an empty name ("adamw,,lion", "lion,") is refused with the unknown ones
+    # an empty name ("adamw,,lion", "lion,") is refused with the unknown ones
+    names = text.split(",")
     if any(n not in BUILTIN for n in names) or len(set(names)) < len(names):
         return f"must be distinct names from {', '.join(BUILTIN)}, separated by commas"
 
@@ -68,8 +69,8 @@ class AuditConfig(Checked):
             )
         if self.data is not None and self.workload == "all":
             raise UsageError(
-                f"--data {self.data}: say which workload it is for: --workload gpt (a text file) or "
-                "--workload image (an image folder)"
+                f"--data {self.data}: say which workload it is for: --workload gpt (a text file) "
+                "or --workload image (an image folder)"
             )
         from frost.optim.registry import resolve
 

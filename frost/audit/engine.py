@@ -68,7 +68,8 @@ def free_memory() -> int:
 
 
 def _make(workload, data, name, built, axes, peak=1.0, total=1):
-    """The optimizer around the schedule `peak * unit_lr(step, total)`; held values are placeholders."""
+    """The optimizer around the schedule `peak * unit_lr(step, total)`; held values are
+    placeholders."""
     lr = lambda count: peak * unit_lr(count, total)  # noqa: E731
     # Frost's own optimizers: weight decay on matrices only; Muon's partition
     extra = {"mask": optim.decay_mask} if ALIASES.get(name, name) in OPTIMIZERS else {}
@@ -153,9 +154,8 @@ def _program(workload, data, name, built, axes, threshold):
             models, states, loss, finite = jax.vmap(one, in_axes=(0, axes_in, 0, 0))(
                 models, states, peaks, keys
             )
-            states = jax.tree.map(
-                lambda x, a: x if a == 0 else jnp.max(x, 0), states, axes_in
-            )  # counters: shared
+            # counters: shared
+            states = jax.tree.map(lambda x, a: x if a == 0 else jnp.max(x, 0), states, axes_in)
             bad = jnp.where((bad < 0) & ~(finite & (loss <= threshold)), t, bad)
             return (models, states, peaks, keys, bad), loss
 

@@ -64,7 +64,8 @@ LR_POINTS, TOLERANCE = (
     0.02,
 )  # learning rates per grid; the LR range counts losses within this of the best
 
-# The "paper baseline": AdamW as a paper would run it, untuned (nanoGPT's GPT-2 settings; PyTorch's defaults).
+# The "paper baseline": AdamW as a paper would run it, untuned (nanoGPT's GPT-2 settings; PyTorch's
+# defaults).
 BASELINE = {
     "gpt": {"learning_rate": 6e-4, "weight_decay": 0.1, "b2": 0.95},
     "image": {"learning_rate": 1e-3, "weight_decay": 0.01, "b2": 0.999},
@@ -72,11 +73,11 @@ BASELINE = {
 
 
 def grid(name: str, make, centre: float, quick: bool = False) -> list[dict]:
-    """Every trial of optimizer `name` (built by `make`) as {hyper-parameter: value}; same count for all."""
+    """Every trial of optimizer `name` (built by `make`) as {hyper-parameter: value}; same count for
+    all."""
     g = GRIDS.get(ALIASES.get(name, name))
-    if (
-        g is None
-    ):  # a user's optimizer: weight decay if `make` takes it, and learning rates for the key's share
+    # a user's optimizer: weight decay if `make` takes it, and learning rates for the key's share
+    if g is None:
         takes = inspect.signature(make).parameters
         wd = "weight_decay" in takes or any(p.kind == p.VAR_KEYWORD for p in takes.values())
         g = Grid(1.0, (0.1, 0.0) if wd else (None,), None)
@@ -110,7 +111,8 @@ def steps_to_reach(steps, losses, target: float) -> tuple[float, str]:
     as a shorter one (a running minimum). Returns (steps, "=") or, outside the budgets, the
     nearest budget with ">" (needs more) or "<" (needs fewer).
 
-        steps_to_reach([100, 200, 400], [3.0, 2.5, 2.0], 2.25) -> (282.8..., "=")   # sqrt(200 * 400)
+        steps_to_reach([100, 200, 400], [3.0, 2.5, 2.0], 2.25) -> (282.8..., "=")   # sqrt(200 *
+        400)
     """
     order = np.argsort(steps)
     s, loss = (
@@ -149,7 +151,8 @@ def best_by_lr(runs) -> dict:
 
 def lr_range(runs, tolerance: float = TOLERANCE) -> float:
     """The width (largest / smallest) of the learning rates whose best loss, over the other
-    hyper-parameters, is within `tolerance` of the best; 1.0 when only the best one is, nan if all diverged."""
+    hyper-parameters, is within `tolerance` of the best; 1.0 when only the best one is, nan if all
+    diverged."""
     best = {lr: loss for lr, loss in best_by_lr(runs).items() if not math.isnan(loss)}
     if not best:
         return math.nan

@@ -103,8 +103,8 @@ def summarise(res) -> dict:
 
 def _table(rows) -> list[str]:
     out = [
-        "| optimizer | best hyper-parameters | final loss (mean ± 95% CI) | stable | LR range | step speedup | "
-        "wall-clock speedup | vs paper baseline |",
+        "| optimizer | best hyper-parameters | final loss (mean ± 95% CI) | stable | LR range | "
+        "step speedup | wall-clock speedup | vs paper baseline |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for name, r in rows.items():
@@ -133,12 +133,12 @@ def _findings(res, rows) -> list[str]:
         if not r["n"]:
             lines.append(
                 f"- **{n}** did not train stably: every "
-                f"{'trial of its grid' if res['best'][n] is None else 'rerun of its best trial'} diverged."
+                f"{'trial of its grid' if res['best'][n] is None else 'rerun of its best trial'} "
+                "diverged."
             )
             continue
-        noise = abs(r["mean"] - a["mean"]) <= np.nan_to_num(r["ci"]) + np.nan_to_num(
-            a["ci"]
-        )  # the CIs overlap
+        # the CIs overlap
+        noise = abs(r["mean"] - a["mean"]) <= np.nan_to_num(r["ci"]) + np.nan_to_num(a["ci"])
         verdict = (
             "within seed noise of"
             if noise
@@ -154,14 +154,15 @@ def _findings(res, rows) -> list[str]:
         claim = f" Claimed: {CLAIMS[n]}; {here}." if n in CLAIMS else ""
         lrs = [h["learning_rate"] for h in res["trials"][n]]
         edge = (
-            " Its best learning rate is at the edge of its grid: a wider grid may find a better one."
+            " Its best learning rate is at the edge of its grid: a wider grid may find a better "
+            "one."
             if res["best"][n]["hyperparams"]["learning_rate"] in (min(lrs), max(lrs))
             else ""
         )
         lines.append(
-            f"- **{n}**: step speedup {_speed(r['speed'])} over tuned AdamW (wall-clock {_speed(r['wall'])}, "
-            f"its own cost included); its final loss {r['mean']:.4f} is {verdict} tuned AdamW's "
-            f"({a['mean']:.4f}).{claim} "
+            f"- **{n}**: step speedup {_speed(r['speed'])} over tuned AdamW (wall-clock "
+            f"{_speed(r['wall'])}, its own cost included); its final loss {r['mean']:.4f} is "
+            f"{verdict} tuned AdamW's ({a['mean']:.4f}).{claim} "
             + (
                 f"Against the untuned paper baseline it would look {_speed(r['vs'])} as fast."
                 if _speed(r["vs"]) != "n/a"
@@ -171,9 +172,9 @@ def _findings(res, rows) -> list[str]:
             + edge
         )
     lines.append(
-        f"- The **paper baseline** (AdamW, {_hp(base['hp'])}, untuned) ends at {base['mean']:.4f}: tuned "
-        f"AdamW is {_speed(_ratio((1.0, '='), base['speed']))} as fast, so that much of a gain claimed "
-        "against such a baseline comes from the baseline."
+        f"- The **paper baseline** (AdamW, {_hp(base['hp'])}, untuned) ends at {base['mean']:.4f}: "
+        f"tuned AdamW is {_speed(_ratio((1.0, '='), base['speed']))} as fast, so that much of a "
+        "gain claimed against such a baseline comes from the baseline."
     )
     return lines
 
@@ -195,8 +196,8 @@ def _scale(summaries) -> list[str]:
                 else "holds"
             )
             lines.append(
-                f"- **{n}** on {kind}: step speedup {_speed((a, x))} at {kind}-s, {_speed((b, y))} at "
-                f"{kind}-m: it {trend} with scale."
+                f"- **{n}** on {kind}: step speedup {_speed((a, x))} at {kind}-s, {_speed((b, y))} "
+                f"at {kind}-m: it {trend} with scale."
             )
     return lines or ["- Only one width per workload was audited."]
 
@@ -243,7 +244,8 @@ def _sensitivity(ax, res):
 
 
 def write(out, results, cfg, command):
-    """Write results.json, report.md and the plots; `results` is {workload: (Workload, run.Audit.workload())}."""
+    """Write results.json, report.md and the plots; `results` is {workload: (Workload,
+    run.Audit.workload())}."""
     runs = {}
     for _, res in results.values():
         for r in [
@@ -270,8 +272,8 @@ def write(out, results, cfg, command):
         budgets=budgets,
     )
     text = [
-        f"# Optimizer audit\n\n`{command}`: {len(runs)} runs, {seconds / 60:.1f} minutes of training (compilation "
-        "not counted).\n\n## Protocol\n",
+        f"# Optimizer audit\n\n`{command}`: {len(runs)} runs, {seconds / 60:.1f} minutes of "
+        "training (compilation not counted).\n\n## Protocol\n",
         rules,
         f"## Grid ({first_wl.name}; every workload scales the learning "
         "rates by its AdamW centre: "
@@ -296,7 +298,8 @@ def write(out, results, cfg, command):
     text += [
         "\n## Scale\n",
         *_scale(summaries),
-        "\n![loss curves of the best configurations](curves.png)\n\n![final loss against learning rate](lr.png)",
+        "\n![loss curves of the best configurations](curves.png)\n\n![final loss against learning "
+        "rate](lr.png)",
     ]
     _plots(out, results)
     return atomic.write(out / "report.md", "\n".join(text) + "\n")

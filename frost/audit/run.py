@@ -7,7 +7,8 @@ speedups are read from) and the paper baseline on the same seeds. Runs are train
 
 Resumable: each run is `OUT/runs/<id>.json` as soon as its batch ends, the id naming the
 workload, optimizer, budget, seed and hyper-parameters. A restarted audit trains only batches
-with a run missing; the numbers are the same (a batch is deterministic on CPU), and so is the report.
+with a run missing; the numbers are the same (a batch is deterministic on CPU), and so is the
+report.
 """
 
 import dataclasses
@@ -54,9 +55,8 @@ def command(cfg) -> str:
 class Audit:
     def __init__(self, cfg):
         self.cfg, self.out = cfg, pathlib.Path(cfg.out)
-        self.budgets = (
-            QUICK_BUDGETS if cfg.quick else BUDGETS
-        )  # AdamW's budgets, in units of the tuning budget
+        # AdamW's budgets, in units of the tuning budget
+        self.budgets = QUICK_BUDGETS if cfg.quick else BUDGETS
         self.bar, self.work, self.done, self.trained, self.start = (
             None,
             0.0,
@@ -64,7 +64,8 @@ class Audit:
             0.0,
             time.perf_counter(),
         )
-        # bar: the progress bar over runs; work: the plan's (steps x cost); done and trained: so far, all and new
+        # bar: the progress bar over runs; work: the plan's (steps x cost); done and trained: so
+        # far, all and new
 
     def steps(self, wl) -> int:
         return self.cfg.budget or (round(wl.steps / 60) * 20 if self.cfg.quick else wl.steps)
@@ -83,9 +84,8 @@ class Audit:
         for group in engine.groups(wl, data, name, runs):
             for i in range(0, len(group.runs), n):
                 batch = group.runs[i : i + n]
-                pad = (
-                    n - len(batch) if len(group.runs) > n else 0
-                )  # a full batch: one program per optimizer
+                # a full batch: one program per optimizer
+                pad = n - len(batch) if len(group.runs) > n else 0
                 work = sum(r.steps for r in batch) * cost
                 if not all(self.path(wl, name, r).exists() for r in batch):
                     results = engine.run_group(
@@ -112,7 +112,8 @@ class Audit:
         return [json.loads(self.path(wl, name, r).read_text()) for r in runs]
 
     def tick(self, runs, work):
-        """Advance the bar; the time left is the work left at the rate of the work trained so far."""
+        """Advance the bar; the time left is the work left at the rate of the work trained so
+        far."""
         self.done += work
         if self.trained:
             left = (time.perf_counter() - self.start) / self.trained * max(self.work - self.done, 0)
@@ -125,9 +126,8 @@ class Audit:
         """Tune, rerun and measure one workload; returns its runs by role."""
         steps, seeds, cost = self.steps(wl), range(1, self.cfg.seeds + 1), _cost(wl, data)
 
-        def train(
-            name, hyperparams, seeds, budget=steps
-        ):  # each of `hyperparams` on each of `seeds`
+        # each of `hyperparams` on each of `seeds`
+        def train(name, hyperparams, seeds, budget=steps):
             return self.train(
                 wl, data, name, [engine.Run(h, s, budget) for h in hyperparams for s in seeds], cost
             )
@@ -159,7 +159,8 @@ class Audit:
         }
 
     def plan(self, variants, names) -> tuple[int, float]:
-        """(runs, work) the audit will take, for the progress bar and its estimate of the time left."""
+        """(runs, work) the audit will take, for the progress bar and its estimate of the time
+        left."""
         runs = work = 0
         for (
             wl,

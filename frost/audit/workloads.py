@@ -24,7 +24,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from frost import data as fdata, nn, text
+from frost import data as fdata
+from frost import nn, text
 from frost.config import UsageError
 from frost.models import gpt
 from frost.train import image, lm
@@ -35,7 +36,8 @@ VOCAB, SEQ_LEN, EVAL_WINDOWS, EVAL_IMAGES = 512, 64, 64, 2000
 
 
 class Data(NamedTuple):
-    arrays: dict  # device arrays: "train" tokens, or "train_x"/"train_y"; "eval_x"/"eval_y"; "mean"/"std"
+    # device arrays: "train" tokens, or "train_x"/"train_y"; "eval_x"/"eval_y"; "mean"/"std"
+    arrays: dict
     classes: int  # vocabulary size or number of classes
 
 
@@ -51,7 +53,8 @@ class Workload:
 
     def describe(self, steps: int) -> str:
         what = (
-            f"GPT of width {self.width} and depth {self.depth}, batches of {self.batch} x {SEQ_LEN} tokens"
+            f"GPT of width {self.width} and depth {self.depth}, batches of {self.batch} x "
+            f"{SEQ_LEN} tokens"
             if self.kind == "gpt"
             else f"MLP, {self.depth} hidden layers of {self.width}, batches of {self.batch}"
         )
@@ -94,7 +97,8 @@ class Workload:
         return sums["loss_sum"] / sums["count"]
 
     def threshold(self, data: Data) -> float:
-        """Training loss above which a run counts as diverged: 1.5 ln(classes) (a uniform guess is ln(classes))."""
+        """Training loss above which a run counts as diverged: 1.5 ln(classes) (a uniform guess is
+        ln(classes))."""
         return 1.5 * math.log(data.classes)
 
     def muon_labels(self, classes: int):
@@ -117,7 +121,8 @@ WORKLOADS = {
 
 
 def load(kind: str, source: str | None, out: pathlib.Path, progress: bool = True) -> Data:
-    """The data of a workload kind on the device; `source` is --data (default: kjv, fashion-mnist)."""
+    """The data of a workload kind on the device; `source` is --data (default: kjv,
+    fashion-mnist)."""
     return (
         _text(source or "kjv", out / "gpt", progress)
         if kind == "gpt"

@@ -2,8 +2,9 @@
 
     from frost import data
     images, labels = frost.datasets.fashion_mnist("train")
-    augment = data.Compose(data.RandomCrop(28, padding=2), data.RandomFlip(), data.Normalize(0.286, 0.353))
-    with data.Loader(data.Arrays(images, labels), 256, transform=augment, workers=2) as loader:
+    augment = data.Compose(data.RandomCrop(28, padding=2), data.RandomFlip(), data.Normalize(0.286,
+    0.353)) with data.Loader(data.Arrays(images, labels), 256, transform=augment, workers=2) as
+    loader:
         for x, y in data.prefetch_to_device(loader):
             ...
 

@@ -77,7 +77,8 @@ def _leaves(sample):
 
 
 class _Layout:
-    """A batch's fields (rows, *sample shape) in dtype order, packed into one 64-byte aligned buffer."""
+    """A batch's fields (rows, *sample shape) in dtype order, packed into one 64-byte aligned
+    buffer."""
 
     def __init__(self, sample, rows):
         self.keys = (
@@ -127,14 +128,16 @@ def _fill(out, source, transform, seed, epoch, indices):
         except Exception as e:
             name = source.name_of(index) if hasattr(source, "name_of") else None
             e.add_note(
-                f"frost.data: while loading sample index {index}{f' ({name})' if name else ''} (epoch {epoch})"
+                f"frost.data: while loading sample index {index}{f' ({name})' if name else ''} "
+                f"(epoch {epoch})"
             )
             e.frost_index = index
             raise
 
 
 def _serve(recv, send, slots, source, transform, seed):
-    """A worker's loop (process or thread): fill the slot each task names, answer (slot, index, traceback)."""
+    """A worker's loop (process or thread): fill the slot each task names, answer (slot, index,
+    traceback)."""
     while (task := recv()) is not None:
         slot, epoch, indices = task
         try:
@@ -149,8 +152,8 @@ def _worker_main(conn, first: bool):
     loader; frost.rl.actors runs its actors so) until told to stop (None) or until the main process
     is gone; then the first worker frees the shared memory it can no longer free."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the main process to handle
-    # The main process registered the segments with the resource tracker; attaching must not register
-    # them again (Python 3.11 does, bpo-39959), or the tracker would report them leaked.
+    # The main process registered the segments with the resource tracker; attaching must not
+    # register them again (Python 3.11 does, bpo-39959), or the tracker would report them leaked.
     tracker = resource_tracker.unregister
     resource_tracker.register = resource_tracker.unregister = lambda name, rtype: None
     try:
@@ -195,8 +198,9 @@ class _Processes:
                 payload = pickle.dumps((serve, args, layout, [s.name for s in self.segments]))
             except Exception as e:
                 e.add_note(
-                    "frost.data: the process backend pickles the source and transform for its workers; "
-                    "define them at module level (no lambdas or local classes), or use backend='thread'"
+                    "frost.data: the process backend pickles the source and transform for its "
+                    "workers; define them at module level (no lambdas or local classes), or use "
+                    "backend='thread'"
                 )
                 raise
             ctx = mp.get_context("spawn")
@@ -222,16 +226,16 @@ class _Processes:
             raise self._died(worker) from None
 
     def wait(self):
-        """[(worker, answer)] for the answers ready now (blocking until one is); raises if a worker died."""
+        """[(worker, answer)] for the answers ready now (blocking until one is); raises if a worker
+        died."""
         ready = connection.wait(self.conns + [p.sentinel for p in self.procs], timeout=self.timeout)
         if not ready:
             raise _silent(self.timeout, [p.pid for p in self.procs])
         answers = []
         for w, conn in enumerate(self.conns):
             if conn in ready:
-                with contextlib.suppress(
-                    EOFError, OSError
-                ):  # a dead worker's pipe: its sentinel tells
+                # a dead worker's pipe: its sentinel tells
+                with contextlib.suppress(EOFError, OSError):
                     answers.append((w, conn.recv()))
         if answers:
             return answers
@@ -260,9 +264,8 @@ class _Processes:
         for conn in self.conns:
             with contextlib.suppress(OSError):
                 conn.send(None)
-        for proc, conn in zip(
-            self.procs, self.conns
-        ):  # a worker finishes its current batch, then reads the None
+        # a worker finishes its current batch, then reads the None
+        for proc, conn in zip(self.procs, self.conns):
             proc.join(timeout=1)
             if proc.is_alive():
                 proc.kill()
@@ -278,8 +281,9 @@ class _Processes:
 
 def _silent(timeout, workers) -> WorkerError:
     return WorkerError(
-        f"no data worker ({', '.join(map(str, workers))}) answered for {timeout:g} s: one is stopped "
-        f"(SIGSTOP, a debugger) or stuck; if a batch really takes that long, raise Loader(timeout=...)"
+        f"no data worker ({', '.join(map(str, workers))}) answered for {timeout:g} s: one is "
+        "stopped (SIGSTOP, a debugger) or stuck; if a batch really takes that long, raise "
+        "Loader(timeout=...)"
     )
 
 
@@ -307,7 +311,8 @@ class _Threads:
         self.tasks[worker].put(task)
 
     def wait(self):
-        """[(worker, answer)] for the next answer (the loader calls again until it has the batch it wants)."""
+        """[(worker, answer)] for the next answer (the loader calls again until it has the batch it
+        wants)."""
         try:
             return [self.answers.get(timeout=self.timeout)]
         except queue.Empty:
@@ -323,12 +328,12 @@ class _Threads:
 class Loader(contextlib.AbstractContextManager):
     """Batches of `source` (see the module docstring).
 
-    batch_size      the global batch; each of `process_count` processes gets batch_size // process_count rows
-    transform       `t(sample, rng) -> sample`, rng seeded from (seed, epoch, index) (transforms.Compose)
-    workers         0: load in the calling thread; N: N workers of `backend` ("process" or "thread")
-    prefetch        batches in flight or ready ahead of the consumer (default 2 per worker)
-    timeout         seconds without an answer from any busy worker before the loader gives up
-    state           a `state()` dict to resume from
+    batch_size      the global batch; each of `process_count` processes gets batch_size //
+    process_count rows transform       `t(sample, rng) -> sample`, rng seeded from (seed, epoch,
+    index) (transforms.Compose) workers         0: load in the calling thread; N: N workers of
+    `backend` ("process" or "thread") prefetch        batches in flight or ready ahead of the
+    consumer (default 2 per worker) timeout         seconds without an answer from any busy worker
+    before the loader gives up state           a `state()` dict to resume from
     """
 
     def __init__(
@@ -413,7 +418,8 @@ class Loader(contextlib.AbstractContextManager):
             raise ValueError(
                 "cannot resume: the state was saved from a different stream ("
                 + "; ".join(wrong)
-                + "); build the loader with the same source, batch_size, seed, shuffle and drop_last"
+                + "); build the loader with the same source, batch_size, seed, shuffle and "
+                "drop_last"
             )
         if not 0 <= state["batch"] < max(len(self), 1):
             raise ValueError(
@@ -451,7 +457,8 @@ class Loader(contextlib.AbstractContextManager):
                         slot
                         if trace is None
                         else WorkerError(
-                            f"data worker {w} failed on sample index {index} (epoch {done[0]}); its traceback:\n{trace}",
+                            f"data worker {w} failed on sample index {index} (epoch {done[0]}); "
+                            f"its traceback:\n{trace}",
                             index,
                             trace,
                         )

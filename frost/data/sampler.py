@@ -39,7 +39,8 @@ class Sampler:
         if batch_size % process_count:
             raise ValueError(
                 f"batch_size {batch_size} (the global batch) must be divisible by "
-                f"process_count {process_count}: each process loads batch_size // process_count rows"
+                f"process_count {process_count}: each process loads batch_size // process_count "
+                "rows"
             )
         self.size, self.batch_size, self.shuffle, self.seed = (
             int(size),

@@ -9,8 +9,9 @@ a loader can ship it to worker processes.
     Arrays(x=xs, y=ys)[3]                    -> {"x": xs[3], "y": ys[3]}
     Arrays(*read_idx_pair(images_path, labels_path))   # MNIST / Fashion-MNIST files
     Arrays(*read_cifar(paths, kind=10))      # CIFAR-10/100 binary files
-    ImageFolder("train/")[3]                 -> (image (H, W, 3) uint8, label int32), one class per sub-folder
-    TokenWindows("tokens.bin", 1024)[3]      -> (x (1024,) int32, y (1024,) int32), y = x shifted by one
+    ImageFolder("train/")[3]                 -> (image (H, W, 3) uint8, label int32), one class per
+    sub-folder TokenWindows("tokens.bin", 1024)[3]      -> (x (1024,) int32, y (1024,) int32), y = x
+    shifted by one
 """
 
 import gzip
@@ -21,12 +22,14 @@ import numpy as np
 
 
 class Arrays:
-    """In-memory arrays indexed along their first axis: positional (tuple samples) or named (dict)."""
+    """In-memory arrays indexed along their first axis: positional (tuple samples) or named
+    (dict)."""
 
     def __init__(self, *arrays, **named):
         if arrays and named:
             raise TypeError(
-                "Arrays takes positional arrays (tuple samples) or named arrays (dict samples), not both"
+                "Arrays takes positional arrays (tuple samples) or named arrays (dict samples), "
+                "not both"
             )
         self.arrays = (
             tuple(np.asarray(a) for a in arrays)
@@ -85,7 +88,8 @@ def read_idx(path) -> np.ndarray:
     expected = header + int(np.prod(shape)) * dtype.itemsize
     if len(data) != expected:
         raise ValueError(
-            f"corrupt IDX file {path}: shape {shape} needs {expected} bytes, the file has {len(data)}"
+            f"corrupt IDX file {path}: shape {shape} needs {expected} bytes, the file has "
+            f"{len(data)}"
         )
     return np.frombuffer(data, dtype, offset=header).reshape(shape).astype(dtype.newbyteorder("="))
 
@@ -170,9 +174,8 @@ class ImageFolder:
         try:
             with Image.open(path) as im:
                 image = np.asarray(im.convert(self.mode))
-        except (
-            Exception
-        ) as e:  # Pillow raises several types (UnidentifiedImageError, OSError, SyntaxError)
+        # Pillow raises several types (UnidentifiedImageError, OSError, SyntaxError)
+        except Exception as e:
             raise ValueError(f"cannot read image {path}: {e}") from e
         return (image if image.ndim == 3 else image[..., None]), self.labels[i]
 

@@ -98,9 +98,8 @@ class Resize:
         out = Image.fromarray(image[..., 0] if image.shape[2] == 1 else image).resize(
             (w, h), Image.BILINEAR
         )
-        return np.asarray(out).reshape(
-            h, w, image.shape[2]
-        )  # a grey image gets its channel axis back
+        # a grey image gets its channel axis back
+        return np.asarray(out).reshape(h, w, image.shape[2])
 
 
 class Compose:

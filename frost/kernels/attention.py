@@ -1,13 +1,13 @@
 """Flash attention in Pallas: forward and backward kernels, with a plain-jnp reference at the end.
 
-    o = flash_attention(q, k, v, causal=True)     # q: (B, T, H, D), k, v: (B, S, H, D) -> (B, T, H, D)
-    o = flash_attention(q, k, v, key_padding_mask=keep)   # keep: (B, S) bool, True = attend
+    o = flash_attention(q, k, v, causal=True)     # q: (B, T, H, D), k, v: (B, S, H, D) -> (B, T, H,
+    D) o = flash_attention(q, k, v, key_padding_mask=keep)   # keep: (B, S) bool, True = attend
 
 Attention is softmax(scale * q k^T) v per batch and head. Written out, it materialises a
 (T, S) matrix of scores; flash attention (Dao et al. 2022, "FlashAttention: Fast and
 Memory-Efficient Exact Attention with IO-Awareness") never does. Each program of the forward
 kernel owns `block_q` query rows and walks over the keys `block_k` at a time, keeping a running
-row maximum m, a running normaliser l and an unnormalised output o (the online softmax):
+row maximum m, a running normaliser l (`total`) and an unnormalised output o (the online softmax):
 
     s = scale * q k_j^T                   # (block_q, block_k) scores of this key block
     m' = max(m, rowmax(s));  a = exp(m - m')
@@ -19,7 +19,8 @@ backward pass follows FlashAttention-2 (Dao 2023, "FlashAttention-2: Faster Atte
 Parallelism and Work Partitioning"): it recomputes p = exp(s - lse) tile by tile instead of
 storing it, with delta = rowsum(out * dout) computed up front (cheap, in XLA), and
 
-    dv = p^T dout     dp = dout v^T     ds = p * (dp - delta)     dq = scale ds k     dk = scale ds^T q
+    dv = p^T dout     dp = dout v^T     ds = p * (dp - delta)     dq = scale ds k     dk = scale
+    ds^T q
 
 split into two kernels so that no two programs write the same output: `_dkdv_kernel` (one
 program per key block, looping over the queries) and `_dq_kernel` (one program per query block,
@@ -55,9 +56,8 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
 LOG2E = math.log2(math.e)
-MASK = -0.7 * float(
-    jnp.finfo(jnp.float32).max
-)  # a masked score; finite, so exp2(m - m_new) is never NaN
+# a masked score; finite, so exp2(m - m_new) is never NaN
+MASK = -0.7 * float(jnp.finfo(jnp.float32).max)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,7 +85,8 @@ class BlockSizes:
                 raise ValueError(f"BlockSizes.{f.name} must be a power of two >= 16, got {b}")
 
     def fit(self, q_len: int, kv_len: int) -> "BlockSizes":
-        """Shrink blocks that are longer than the sequence they tile (rounded up to a power of 2)."""
+        """Shrink blocks that are longer than the sequence they tile (rounded up to a power of
+        2)."""
         tq, tk = max(16, pl.next_power_of_2(q_len)), max(16, pl.next_power_of_2(kv_len))
         fitted = {
             f.name: min(getattr(self, f.name), tq if f.name.startswith("block_q") else tk)
@@ -106,7 +107,8 @@ def flash_attention(
     block_sizes: BlockSizes | None = None,
     interpret: bool | None = None,
 ):
-    """Multi-head attention softmax(scale q k^T) v with the Pallas kernels; differentiable in q, k, v.
+    """Multi-head attention softmax(scale q k^T) v with the Pallas kernels; differentiable in q, k,
+    v.
 
     q: (B, T, H, D); k, v: (B, S, H, D), all one float dtype; key_padding_mask: (B, S) bool,
     True where a key may be attended (jax.nn's `mask` convention; PyTorch's key_padding_mask is
@@ -132,15 +134,13 @@ def flash_attention(
     scale = d**-0.5 if scale is None else float(scale)
     interpret = jax.default_backend() == "cpu" if interpret is None else interpret
     blocks = (block_sizes or BlockSizes()).fit(t, s)
-    bq = max(
-        blocks.block_q, blocks.block_q_dkv, blocks.block_q_dq
-    )  # powers of 2: a multiple of the largest fits all
+    # powers of 2: a multiple of the largest fits all
+    bq = max(blocks.block_q, blocks.block_q_dkv, blocks.block_q_dq)
     bk = max(blocks.block_k, blocks.block_k_dkv, blocks.block_k_dq)
     t_pad, s_pad = pl.cdiv(t, bq) * bq, pl.cdiv(s, bk) * bk
     q, k, v = (
-        jnp.pad(
-            x, ((0, 0), (0, n - x.shape[1]), (0, 0), (0, 0))
-        )  # (B, L, H, D) -> (B, n, H, D), zeros appended
+        # (B, L, H, D) -> (B, n, H, D), zeros appended
+        jnp.pad(x, ((0, 0), (0, n - x.shape[1]), (0, 0), (0, 0)))
         for x, n in ((q, t_pad), (k, s_pad), (v, s_pad))
     )
     # keep: (B, S_pad) int32, 1 = attend; padded keys beyond S are masked by the kernels
@@ -153,7 +153,8 @@ def flash_attention(
 
 
 def _scores(q, k, span_q, span_k, keep, *, causal, scale, kv_len, kv_pad):
-    """Masked scores of one tile in log2 units: (block_q, D) x (block_k, D) -> (block_q, block_k)."""
+    """Masked scores of one tile in log2 units: (block_q, D) x (block_k, D) -> (block_q,
+    block_k)."""
     s = plgpu.dot(q, k.T) * (scale * LOG2E)
     valid = None
     if keep is not None:  # the padded tail of `keep` is 0 already
@@ -170,26 +171,26 @@ def _two_loops(body, bounds, masked_first: bool, carry):
     """lax.fori_loop over blocks [a, b) then [b, c); the causal mask only on the diagonal part."""
     a, b, c = bounds
     for lo, hi, causal in ((a, b, masked_first), (b, c, not masked_first)):
-        if not (
-            isinstance(lo, int) and isinstance(hi, int) and lo == hi
-        ):  # known to be empty: left out
+        # known to be empty: left out
+        if not (isinstance(lo, int) and isinstance(hi, int) and lo == hi):
             carry = lax.fori_loop(lo, hi, functools.partial(body, causal=causal), carry)
     return carry
 
 
 def _key_bounds(i, block_q, block_k, n_k, causal):
-    """Key blocks for query block i: [0, b) fully visible, [b, c) on the diagonal, the rest skipped."""
+    """Key blocks for query block i: [0, b) fully visible, [b, c) on the diagonal, the rest
+    skipped."""
     if not causal:
         return 0, n_k, n_k
     full = jnp.minimum(lax.div(i * block_q + 1, block_k), n_k)  # last key <= first query
-    stop = jnp.minimum(
-        lax.div((i + 1) * block_q + block_k - 1, block_k), n_k
-    )  # first key <= last query
+    # first key <= last query
+    stop = jnp.minimum(lax.div((i + 1) * block_q + block_k - 1, block_k), n_k)
     return 0, full, stop
 
 
 def _head_mask(ref, head_dim):
-    """(1, D_pad): True at the real head-dimension columns; None when D is a power of 2 (no padding)."""
+    """(1, D_pad): True at the real head-dimension columns; None when D is a power of 2 (no
+    padding)."""
     return None if ref.shape[-1] == head_dim else (jnp.arange(ref.shape[-1]) < head_dim)[None, :]
 
 
@@ -212,7 +213,7 @@ def _forward_kernel(
     span_q = i * block_q + jnp.arange(block_q)
 
     def body(j, carry, causal):
-        o, m, l = carry  # (block_q, D_pad), (block_q,), (block_q,)
+        o, m, total = carry  # (block_q, D_pad), (block_q,), (block_q,)
         ks = pl.ds(j * block_k, block_k)
         keep = None if keep_ref is None else keep_ref[ks] != 0
         s = _scores(
@@ -229,21 +230,21 @@ def _forward_kernel(
         p = jnp.exp2(s - m_new[:, None])  # (block_q, block_k)
         v = load(v_ref.at[ks, :])  # (block_k, D_pad)
         o = alpha[:, None] * o + plgpu.dot(p.astype(v.dtype), v)
-        return o, m_new, alpha * l + p.sum(axis=-1)
+        return o, m_new, alpha * total + p.sum(axis=-1)
 
     init = (
         jnp.zeros(q.shape, jnp.float32),
         jnp.full((block_q,), -jnp.inf, jnp.float32),
         jnp.zeros((block_q,), jnp.float32),
     )
-    o, m, l = _two_loops(
+    o, m, total = _two_loops(
         body, _key_bounds(i, block_q, block_k, k_ref.shape[0] // block_k, causal), False, init
     )
     # A row that saw only masked keys still has m == MASK (any real score is larger): give it
     # output 0 and lse = +inf, so that p = exp2(s - lse) = 0 in the backward pass.
     empty = m == MASK
-    lse_ref[...] = jnp.where(empty, jnp.inf, m + jnp.log2(l))
-    _store(o_ref, jnp.where(empty[:, None], 0.0, o / l[:, None]), head_dim)
+    lse_ref[...] = jnp.where(empty, jnp.inf, m + jnp.log2(total))
+    _store(o_ref, jnp.where(empty[:, None], 0.0, o / total[:, None]), head_dim)
 
 
 def _dkdv_kernel(
@@ -392,9 +393,8 @@ def _flash_bwd(causal, scale, kv_len, blocks: BlockSizes, interpret, residuals, 
     (b, t, h, d), s = q.shape, k.shape[1]
     d_pad = max(16, pl.next_power_of_2(d))
     opts = dict(causal=causal, scale=scale, kv_len=kv_len, kv_pad=s, head_dim=d)
-    delta = jnp.sum(o.astype(jnp.float32) * do.astype(jnp.float32), axis=-1).transpose(
-        0, 2, 1
-    )  # (B, H, T)
+    # (B, H, T)
+    delta = jnp.sum(o.astype(jnp.float32) * do.astype(jnp.float32), axis=-1).transpose(0, 2, 1)
 
     bk = blocks.block_k_dkv  # dk, dv: one program per key block, all queries in its loop
     qs, rows, kvs, keeps = _specs(t, bk, d_pad, keep, over_q=False)
@@ -452,9 +452,8 @@ def attention_reference(
     """
     t, s, d = q.shape[1], k.shape[1], q.shape[-1]
     scale = d**-0.5 if scale is None else scale
-    scores = (
-        jnp.einsum("bthd,bshd->bhts", q.astype(jnp.float32), k.astype(jnp.float32)) * scale
-    )  # (B, H, T, S)
+    # (B, H, T, S)
+    scores = jnp.einsum("bthd,bshd->bhts", q.astype(jnp.float32), k.astype(jnp.float32)) * scale
     valid = jnp.tril(jnp.ones((1, 1, t, s), bool)) if causal else jnp.ones((1, 1, t, s), bool)
     if key_padding_mask is not None:
         valid = jnp.logical_and(valid, key_padding_mask[:, None, None, :])

@@ -6,9 +6,9 @@ rotary (Su et al. 2021, RoFormer) positions, weight tying, and generation with a
     out = generate(model, prompt, 100, key=key, temperature=0.8, top_k=50)
 
 Initialisation is GPT-2's (as nanoGPT and transformers' GPT2 do it): embeddings, positions and
-every Linear weight N(0, 0.02); the two residual projections of each block (attention `proj`, MLP `out`)
-N(0, 0.02 / sqrt(2 * depth)), since 2 * depth of them add into the residual stream; biases zero.
-`gelu_approximate=True` (the tanh GELU) and `eps` (LayerNorm) match a GPT-2 checkpoint's
+every Linear weight N(0, 0.02); the two residual projections of each block (attention `proj`, MLP
+`out`) N(0, 0.02 / sqrt(2 * depth)), since 2 * depth of them add into the residual stream; biases
+zero. `gelu_approximate=True` (the tanh GELU) and `eps` (LayerNorm) match a GPT-2 checkpoint's
 `gelu_new` and `layer_norm_epsilon` (frost.interop.load_hf_gpt2); the defaults, exact GELU and
 1e-5, are `frost train gpt`'s.
 
@@ -33,7 +33,8 @@ def rotary_tables(positions, head_dim):  # (T,) -> cos, sin: (1, T, 1, D/2) each
     """RoFormer's angles, position * 10000^(-2i/D), as cos and sin tables shared by every block.
     Positions known when tracing (numpy: training, evaluation, a prompt) give constants of the
     compiled program, as PyTorch's buffers; computed inside it, XLA fuses cos and sin into every
-    consumer and evaluates them anew for each batch row and head (a tenth of a GPT step on a CPU)."""
+    consumer and evaluates them anew for each batch row and head (a tenth of a GPT step on a
+    CPU)."""
     xp = np if isinstance(positions, np.ndarray) else jnp
     d = head_dim // 2
     freqs = 1.0 / (10000 ** (xp.arange(d, dtype=np.float32) / d))  # (D/2,)
@@ -41,9 +42,8 @@ def rotary_tables(positions, head_dim):  # (T,) -> cos, sin: (1, T, 1, D/2) each
     return xp.cos(angles)[None, :, None, :], xp.sin(angles)[None, :, None, :]
 
 
-def rotary(
-    x, tables
-):  # (B, T, H, D), rotary_tables -> (B, T, H, D): rotate feature pairs by position
+# (B, T, H, D), rotary_tables -> (B, T, H, D): rotate feature pairs by position
+def rotary(x, tables):
     cos, sin = tables
     d = x.shape[-1] // 2
     x1, x2 = x[..., :d].astype(jnp.float32), x[..., d:].astype(jnp.float32)
@@ -82,12 +82,12 @@ class Block(nn.Module):
         self.gelu_approximate = gelu_approximate
 
     def attend(self, x, positions, cache=None, tables=None):
-        """Self-attention of x (B, T, C) at `positions` (`tables`: their rotary_tables); with a cache (k, v: (B, S, H, D)), write
-        this step's keys/values at `positions` and let each query attend to the cached positions up to its own."""
+        """Self-attention of x (B, T, C) at `positions` (`tables`: their rotary_tables); with a
+        cache (k, v: (B, S, H, D)), write this step's keys/values at `positions` and let each query
+        attend to the cached positions up to its own."""
         B, T, C = x.shape
-        q, k, v = jnp.split(
-            self.qkv(x).reshape(B, T, 3 * self.heads, C // self.heads), 3, axis=2
-        )  # (B, T, H, D)
+        # (B, T, H, D)
+        q, k, v = jnp.split(self.qkv(x).reshape(B, T, 3 * self.heads, C // self.heads), 3, axis=2)
         if self.rotary:
             q, k = rotary(q, tables), rotary(k, tables)
         if cache is None:
@@ -99,13 +99,11 @@ class Block(nn.Module):
         cv = jax.lax.dynamic_update_slice_in_dim(
             cache[1], v.astype(cache[1].dtype), positions[0], axis=1
         )
-        scores = jnp.einsum(
-            "bthd,bshd->bhts", q, ck, preferred_element_type=jnp.float32
-        )  # (B, H, T, S), fp32
+        # (B, H, T, S), fp32
+        scores = jnp.einsum("bthd,bshd->bhts", q, ck, preferred_element_type=jnp.float32)
         scores = scores / jnp.sqrt(jnp.float32(q.shape[-1]))
-        visible = (
-            jnp.arange(ck.shape[1])[None, :] <= positions[:, None]
-        )  # (T, S): causal over the cache
+        # (T, S): causal over the cache
+        visible = jnp.arange(ck.shape[1])[None, :] <= positions[:, None]
         scores = jnp.where(expand_to(visible, 4), scores, jnp.finfo(scores.dtype).min)
         y = jnp.einsum("bhts,bshd->bthd", jax.nn.softmax(scores, axis=-1).astype(cv.dtype), cv)
         return self.proj(y.reshape(B, T, C)), (ck, cv)
@@ -171,7 +169,8 @@ class GPT(nn.Module):
 
     def step(self, ids, start, cache):
         """Logits for `ids` (B, T) placed at positions start..start+T-1, using and updating `cache`
-        (a tuple of (k, v) per block, each (B, max_len, H, D); or of None: no cache, as `__call__`)."""
+        (a tuple of (k, v) per block, each (B, max_len, H, D); or of None: no cache, as
+        `__call__`)."""
         if getattr(ids, "ndim", 0) != 2 or ids.shape[1] > self.max_len:
             raise shape_error(self, f"(B, T) token ids with T <= max_len={self.max_len}", ids)
         positions = start + (np if isinstance(start, int) else jnp).arange(ids.shape[1])  # (T,)
@@ -187,9 +186,8 @@ class GPT(nn.Module):
             x, layer_cache = block(x, positions, layer_cache, tables)
             new_cache.append(layer_cache)
         x = self.ln_f(x)
-        return (x @ self.embed.weight.T if self.head is None else self.head(x)), tuple(
-            new_cache
-        )  # (B, T, V)
+        # (B, T, V)
+        return (x @ self.embed.weight.T if self.head is None else self.head(x)), tuple(new_cache)
 
     def empty_cache(self, batch: int, dtype=jnp.float32):
         heads = self.blocks[0].heads

@@ -64,7 +64,8 @@ class BasicBlock(nn.Module):
 
 
 class Bottleneck(nn.Module):
-    """x -> 1x1 -> BN -> ReLU -> 3x3 (stride) -> BN -> ReLU -> 1x1 (4x) -> BN, + shortcut, -> ReLU."""
+    """x -> 1x1 -> BN -> ReLU -> 3x3 (stride) -> BN -> ReLU -> 1x1 (4x) -> BN, + shortcut, ->
+    ReLU."""
 
     conv1: nn.Conv
     bn1: nn.BatchNorm

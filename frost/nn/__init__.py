@@ -2,6 +2,11 @@
 training mode and BatchNorm state)."""
 
 from frost.nn import init
+from frost.nn.attention import (
+    attention_implementation,
+    dot_product_attention,
+    set_attention_implementation,
+)
 from frost.nn.containers import (
     GELU,
     Flatten,
@@ -19,11 +24,6 @@ from frost.nn.containers import (
     silu,
     softmax,
     tanh,
-)
-from frost.nn.attention import (
-    attention_implementation,
-    dot_product_attention,
-    set_attention_implementation,
 )
 from frost.nn.context import apply, is_training
 from frost.nn.conv import Conv, Conv1d, Conv2d

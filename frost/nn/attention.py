@@ -1,6 +1,7 @@
 """Scaled dot-product attention for frost.nn, with one switch between two implementations.
 
-    o = dot_product_attention(q, k, v, causal=True)   # q: (B, T, H, D), k, v: (B, S, H, D) -> (B, T, H, D)
+    o = dot_product_attention(q, k, v, causal=True)   # q: (B, T, H, D), k, v: (B, S, H, D) -> (B,
+    T, H, D)
 
 - "pallas": `frost.kernels.flash_attention`, Frost's Pallas flash-attention kernels (forward and
   backward). Compiled through Triton on a GPU; on a CPU it runs in Pallas interpret mode, which
@@ -61,7 +62,8 @@ def dot_product_attention(
     scale: float | None = None,
     implementation: str | None = None,
 ):
-    """softmax(scale q k^T) v per batch and head; scale defaults to 1/sqrt(D). See the module docstring."""
+    """softmax(scale q k^T) v per batch and head; scale defaults to 1/sqrt(D). See the module
+    docstring."""
     fn = (
         flash_attention
         if attention_implementation(implementation) == "pallas"

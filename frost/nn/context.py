@@ -31,14 +31,13 @@ from frost.nn.module import Module, is_module, map_children
 class _Context:
     train: bool
     key: jax.Array | None
-    records: dict = dataclasses.field(
-        default_factory=dict
-    )  # id(layer) -> (layer, {field: new value})
+    # id(layer) -> (layer, {field: new value})
+    records: dict = dataclasses.field(default_factory=dict)
     calls: int = 0
 
 
-# The innermost open _Context of this thread (or asyncio task), None outside `apply`; `apply` sets it
-# and, when the forward pass returns, restores the one it replaced (nested applies).
+# The innermost open _Context of this thread (or asyncio task), None outside `apply`; `apply` sets
+# it and, when the forward pass returns, restores the one it replaced (nested applies).
 _context = contextvars.ContextVar("frost_nn_context", default=None)
 
 
@@ -83,9 +82,10 @@ def _write_back(tree, records: dict):
     lost = [layer for i, (layer, _) in records.items() if i not in found]
     if lost:
         raise ValueError(
-            f"{lost[0].describe()} recorded new state (e.g. BatchNorm statistics) in apply(), but that "
-            "layer object is not part of the model given to apply(): a copy or cast made during the "
-            "forward pass would lose it. Cast or copy the model before apply(), not inside it."
+            f"{lost[0].describe()} recorded new state (e.g. BatchNorm statistics) in apply(), but "
+            "that layer object is not part of the model given to apply(): a copy or cast made "
+            "during the forward pass would lose it. Cast or copy the model before apply(), not "
+            "inside it."
         )
     return out
 

@@ -40,7 +40,8 @@ def _padding(padding, n: int):
     )
     if len(pairs) != n or not all(len(p) == 2 and min(p) >= 0 for p in pairs):
         raise ValueError(
-            f"padding={padding!r} must be >= 0, one entry (or (low, high) pair) per spatial axis ({n})"
+            f"padding={padding!r} must be >= 0, one entry (or (low, high) pair) per spatial axis "
+            f"({n})"
         )
     return pairs
 
@@ -76,11 +77,13 @@ class Conv(Module):
             raise ValueError(f"num_spatial_dims must be 1, 2 or 3, got {n}")
         if min(in_channels, out_channels, groups) < 1:
             raise ValueError(
-                f"in_channels={in_channels}, out_channels={out_channels} and groups={groups} must be >= 1"
+                f"in_channels={in_channels}, out_channels={out_channels} and groups={groups} must "
+                "be >= 1"
             )
         if in_channels % groups or out_channels % groups:
             raise ValueError(
-                f"groups={groups} must divide in_channels={in_channels} and out_channels={out_channels}"
+                f"groups={groups} must divide in_channels={in_channels} and "
+                f"out_channels={out_channels}"
             )
         self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
         self.kernel_size = _tuple(kernel_size, n, "kernel_size")

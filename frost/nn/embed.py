@@ -28,9 +28,8 @@ class Embedding(Module):
         if not hasattr(ids, "dtype") or not jnp.issubdtype(ids.dtype, jnp.integer):
             raise shape_error(self, f"integer ids in [0, {self.num_embeddings})", ids)
         n = self.num_embeddings
-        if (
-            not isinstance(ids, jax.core.Tracer) and ids.size
-        ):  # concrete ids (also constants inside a trace)
+        # concrete ids (also constants inside a trace)
+        if not isinstance(ids, jax.core.Tracer) and ids.size:
             host = np.asarray(ids)
             low, high = int(host.min()), int(host.max())
             if low < 0 or high >= n:

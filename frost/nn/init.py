@@ -62,7 +62,8 @@ def xavier_uniform(key, shape, gain: float = 1.0, dtype=jnp.float32):
 def truncated_normal(
     key, shape, std: float = 1.0, lower: float = -2.0, upper: float = 2.0, dtype=jnp.float32
 ):
-    """N(0, std^2) truncated to [lower, upper] in absolute units, like torch.nn.init.trunc_normal_."""
+    """N(0, std^2) truncated to [lower, upper] in absolute units, like
+    torch.nn.init.trunc_normal_."""
     return std * jax.random.truncated_normal(key, lower / std, upper / std, shape, dtype)
 
 

@@ -8,7 +8,8 @@ from frost.nn.module import Module, expand_to, shape_error, static
 
 
 def check_float_input(layer: Module, x, weight, expected: str):
-    """Shared input check: a floating array whose dtype matches the layer's weights (if it has any)."""
+    """Shared input check: a floating array whose dtype matches the layer's weights (if it has
+    any)."""
     if not hasattr(x, "dtype") or not jnp.issubdtype(x.dtype, jnp.floating):
         raise shape_error(layer, f"{expected} of a floating dtype", x)
     if weight is not None and x.dtype != weight.dtype:

@@ -115,9 +115,8 @@ def _wrap_init(user_init):
         if missing:
             raise TypeError(f"{type(self).__name__}.__init__ did not set field(s) {missing}")
 
-    return functools.update_wrapper(
-        __init__, user_init
-    )  # its name, docstring and signature (__wrapped__)
+    # its name, docstring and signature (__wrapped__)
+    return functools.update_wrapper(__init__, user_init)
 
 
 class Module:
@@ -125,13 +124,11 @@ class Module:
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        custom = "__init__" in cls.__dict__ or getattr(
-            cls, "_frost_custom_init", False
-        )  # own or inherited
+        # own or inherited
+        custom = "__init__" in cls.__dict__ or getattr(cls, "_frost_custom_init", False)
         dataclasses.dataclass(cls, init=not custom, repr=False, eq=False)
-        if (
-            "__init__" in cls.__dict__
-        ):  # wrap ours, or the dataclass-generated one (an inherited one is wrapped)
+        # wrap ours, or the dataclass-generated one (an inherited one is wrapped)
+        if "__init__" in cls.__dict__:
             cls.__init__ = _wrap_init(cls.__dict__["__init__"])
         cls._frost_custom_init = custom
         children = tuple(f.name for f in dataclasses.fields(cls) if not f.metadata.get("static"))
@@ -173,7 +170,8 @@ class Module:
         unknown = set(changes) - names
         if unknown:
             raise TypeError(
-                f"{type(self).__name__} has no field(s) {sorted(unknown)}; fields are {sorted(names)}"
+                f"{type(self).__name__} has no field(s) {sorted(unknown)}; fields are "
+                f"{sorted(names)}"
             )
         new = object.__new__(type(self))
         new.__dict__.update(self.__dict__, **changes)

@@ -25,7 +25,8 @@ def _f32(x):
 
 
 def _scale_shift(shape, dtype, scale: bool, shift: bool) -> tuple:
-    """The affine parameters (weight, bias): ones and zeros of `shape`, each None when not wanted."""
+    """The affine parameters (weight, bias): ones and zeros of `shape`, each None when not
+    wanted."""
     return jnp.ones(shape, dtype) if scale else None, jnp.zeros(shape, dtype) if shift else None
 
 
@@ -169,9 +170,8 @@ class GroupNorm(Module):
         check_input(
             self, x, getattr(x, "ndim", 0) >= 2, self.num_channels, f"(N, ..., {self.num_channels})"
         )
-        g = _f32(x).reshape(
-            *x.shape[:-1], self.num_groups, self.num_channels // self.num_groups
-        )  # (N, ..., G, C/G)
+        # (N, ..., G, C/G)
+        g = _f32(x).reshape(*x.shape[:-1], self.num_groups, self.num_channels // self.num_groups)
         axes = tuple(range(1, g.ndim - 2)) + (g.ndim - 1,)
         mean, var = jnp.mean(g, axes, keepdims=True), jnp.var(g, axes, keepdims=True)
         y = ((g - mean) * jax.lax.rsqrt(var + self.eps)).reshape(x.shape)

@@ -1,7 +1,8 @@
 """Mixed precision (Micikevicius et al. 2018, "Mixed Precision Training"): parameters kept in
 float32, the forward and backward passes computed in bfloat16 or float16, outputs in float32.
 
-    policy = precision.policy("bf16")        # Policy(params=float32, compute=bfloat16, output=float32)
+    policy = precision.policy("bf16")        # Policy(params=float32, compute=bfloat16,
+    output=float32)
 
     def loss_fn(model, batch, key):          # inside the jitted step: casts are part of the graph
         x, y = policy.cast_to_compute(batch)
@@ -44,7 +45,8 @@ from frost.optim.transforms import update_if
 
 
 def cast(tree, dtype):
-    """`tree` with its floating-point leaves as `dtype`; integers, PRNG keys and buffers unchanged."""
+    """`tree` with its floating-point leaves as `dtype`; integers, PRNG keys and buffers
+    unchanged."""
 
     def leaf(x, is_buffer):
         floating = hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jnp.floating)
@@ -55,7 +57,8 @@ def cast(tree, dtype):
 
 @dataclasses.dataclass(frozen=True)
 class Policy:
-    """The dtypes of a step: `params` stored, `compute` for the forward/backward pass, `output` returned."""
+    """The dtypes of a step: `params` stored, `compute` for the forward/backward pass, `output`
+    returned."""
 
     params: Any = jnp.float32
     compute: Any = jnp.bfloat16
@@ -79,7 +82,8 @@ POLICIES = {
 
 
 def policy(name: str) -> Policy:
-    """The policy of `--precision NAME`: fp32, bf16 or fp16 compute; float32 parameters and outputs."""
+    """The policy of `--precision NAME`: fp32, bf16 or fp16 compute; float32 parameters and
+    outputs."""
     if name not in POLICIES:
         raise UsageError(f"--precision {name!r}: choose one of {', '.join(POLICIES)}")
     return POLICIES[name]

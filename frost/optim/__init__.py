@@ -25,6 +25,14 @@ from frost.optim.base import (
     set_hyperparams,
 )
 from frost.optim.optimizers import adam, adamw, lion, muon, sgd, sophia
+from frost.optim.schedules import (
+    constant,
+    cosine_decay,
+    linear,
+    one_cycle,
+    warmup_cosine,
+    warmup_stable_decay,
+)
 from frost.optim.transforms import (
     AccumulateState,
     AdamState,
@@ -57,14 +65,6 @@ from frost.optim.transforms import (
     skipped_steps,
     trace,
     update_hessian,
-)
-from frost.optim.schedules import (
-    constant,
-    cosine_decay,
-    linear,
-    one_cycle,
-    warmup_cosine,
-    warmup_stable_decay,
 )
 
 __all__ = [name for name in dir() if not name.startswith("_")]

@@ -22,7 +22,8 @@ partition label: 'muon/learning_rate', 'adam/learning_rate'.
 """
 
 from collections import Counter
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -40,7 +41,8 @@ class EmptyState(NamedTuple):
 
 
 class MaskedNode(NamedTuple):
-    """Stands where a mask leaves a leaf out: an empty PyTree node, so inner transforms never see it."""
+    """Stands where a mask leaves a leaf out: an empty PyTree node, so inner transforms never see
+    it."""
 
 
 class MaskedState(NamedTuple):
@@ -179,7 +181,8 @@ def map_states(fn, state, prefix: str = ""):
 
 
 def _named_states(state) -> list:
-    """[(s, prefix)] for every NamedTuple `s` inside `state`, in map_states' order (children first)."""
+    """[(s, prefix)] for every NamedTuple `s` inside `state`, in map_states' order (children
+    first)."""
     found = []
 
     def visit(s, prefix):
@@ -196,7 +199,8 @@ def find_states(state, cls) -> list:
 
 
 def _hyper_keys(state) -> dict:
-    """{(prefix, field name): key} for every hyper-parameter; a key is qualified only where ambiguous."""
+    """{(prefix, field name): key} for every hyper-parameter; a key is qualified only where
+    ambiguous."""
     found = [
         (prefix, n) for s, prefix in _named_states(state) for n in s._fields if n in HYPERPARAMS
     ]

@@ -15,6 +15,8 @@ import jax
 from frost.optim.base import GradientTransformation, chain, identity, partition
 from frost.optim.transforms import (
     add_decayed_weights as _decay,
+)
+from frost.optim.transforms import (
     scale_by_adam,
     scale_by_learning_rate,
     scale_by_lion,
@@ -37,7 +39,8 @@ def sgd(
     mask=None,
     state_dtype=None,
 ) -> GradientTransformation:
-    """Stochastic gradient descent with momentum, as torch.optim.SGD (Nesterov: Sutskever et al. 2013).
+    """Stochastic gradient descent with momentum, as torch.optim.SGD (Nesterov: Sutskever et al.
+    2013).
 
     d = g + λθ;   b <- momentum·b + d;   θ <- θ - η·(d + momentum·b if nesterov else b)
     """

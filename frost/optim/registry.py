@@ -2,7 +2,8 @@
 
     entry = resolve("sophia")                 # or "adamw", ..., or "my_module:make"
     opt = entry.make(learning_rate, weight_decay=0.1, mask=decay_mask)
-    entry.hessian                             # "gnb" | "hutchinson" | None: the step's Sophia estimator
+    entry.hessian                             # "gnb" | "hutchinson" | None: the step's Sophia
+    estimator
 
 Every entry's `make(learning_rate, **hyperparams)` returns an optax-protocol
 GradientTransformation. A user optimizer is named `MODULE:FUNCTION` (imported from sys.path, the
@@ -15,7 +16,8 @@ Sophia-H Hutchinson).
 import functools
 import importlib
 import sys
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 from frost.config import UsageError
 from frost.optim import optimizers as o
@@ -27,9 +29,8 @@ class Entry(NamedTuple):
 
 
 OPTIMIZERS = {
-    "sgd": Entry(
-        functools.partial(o.sgd, momentum=0.9, nesterov=True)
-    ),  # with Nesterov momentum 0.9
+    # with Nesterov momentum 0.9
+    "sgd": Entry(functools.partial(o.sgd, momentum=0.9, nesterov=True)),
     "adam": Entry(o.adam),
     "adamw": Entry(o.adamw),
     "lion": Entry(o.lion),

@@ -23,7 +23,8 @@ def _cos(frac):
 
 
 def _cosine(init_value: float, end_value: float, steps: int, begin: int = 0):
-    """init_value until `begin`, then half a cosine to end_value over `steps` steps (`linear`'s shape)."""
+    """init_value until `begin`, then half a cosine to end_value over `steps` steps (`linear`'s
+    shape)."""
     return lambda step: end_value + (init_value - end_value) * _cos(_ramp(step, begin, steps))
 
 
@@ -37,7 +38,8 @@ def constant(value: float):
 
 
 def linear(init_value: float, end_value: float, steps: int, begin: int = 0):
-    """init_value until `begin`, then linearly to end_value over `steps` steps (optax.linear_schedule)."""
+    """init_value until `begin`, then linearly to end_value over `steps` steps
+    (optax.linear_schedule)."""
     return lambda step: init_value + (end_value - init_value) * _ramp(step, begin, steps)
 
 
@@ -71,7 +73,8 @@ def one_cycle(
     final_div_factor: float = 1e4,
 ):
     """Smith & Topin 2017: cosine up from peak/div_factor to peak over pct_start of the run, then
-    cosine down to peak/(div_factor·final_div_factor) (optax.cosine_onecycle_schedule, torch OneCycleLR)."""
+    cosine down to peak/(div_factor·final_div_factor) (optax.cosine_onecycle_schedule, torch
+    OneCycleLR)."""
     init, end, up = (
         peak_value / div_factor,
         peak_value / (div_factor * final_div_factor),

@@ -10,7 +10,8 @@ back, so bfloat16 parameters train with float32 moments and still get bfloat16 u
 Tests run with strict dtype promotion, so every mixed-dtype operation is an explicit cast.
 """
 
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -42,16 +43,16 @@ def _zeros(tree, dtype=None):
 
 
 def _lift(rule, u, state, *fields, **changes):
-    """Apply a per-array `rule(g, *leaves of the state's fields)` -> (update, *new leaves) to matching
-    leaves; return the update tree and `state` with those fields (and `changes`) replaced. g is cast
-    to the first field's dtype, and the update back to g's."""
+    """Apply a per-array `rule(g, *leaves of the state's fields)` -> (update, *new leaves) to
+    matching leaves; return the update tree and `state` with those fields (and `changes`) replaced.
+    g is cast to the first field's dtype, and the update back to g's."""
 
     def run(g, *s):
         out = rule(g.astype(s[0].dtype), *s)
         return (out[0].astype(g.dtype), *out[1:])
 
     out = jax.tree.map(run, u, *(getattr(state, f) for f in fields))
-    trees = [jax.tree.map(lambda _, o: o[i], u, out) for i in range(len(fields) + 1)]
+    trees = [jax.tree.map(lambda _, o, i=i: o[i], u, out) for i in range(len(fields) + 1)]
     return trees[0], state._replace(**dict(zip(fields, trees[1:])), **changes)
 
 
@@ -268,7 +269,8 @@ def scale_by_sophia(
     interval: int = 10,
     state_dtype=None,
 ) -> GradientTransformation:
-    """Sophia (Liu et al. 2023, Algorithm 3): m <- b1 m + (1-b1) g;  u = clip(m / max(gamma h, eps), -1, 1).
+    """Sophia (Liu et al. 2023, Algorithm 3): m <- b1 m + (1-b1) g;  u = clip(m / max(gamma h, eps),
+    -1, 1).
 
     The Hessian EMA h is not computed here: the training step calls `update_hessian` just before
     `opt.update`; it evaluates an estimator (`hutchinson` or `gauss_newton_bartlett`) only on
@@ -323,13 +325,14 @@ def update_hessian(state, estimate: Callable[[], Any]):
         def fold():
             est = estimate()
             ok, b2 = all_finite(est), s.b2
-            new = lambda h, e: (
-                h
-                if isinstance(h, MaskedNode)
-                else jnp.where(  # noqa: E731
-                    ok, (1 - _cast(b2, h)) * e.astype(h.dtype) + _cast(b2, h) * h, h
+
+            def new(h, e):
+                return (
+                    h
+                    if isinstance(h, MaskedNode)
+                    else jnp.where(ok, (1 - _cast(b2, h)) * e.astype(h.dtype) + _cast(b2, h) * h, h)
                 )
-            )
+
             return jax.tree.map(new, s.h, est, is_leaf=lambda x: isinstance(x, MaskedNode))
 
         due = (s.count % s.interval == 0) & (s.h_step != s.count)
@@ -343,8 +346,8 @@ def update_hessian(state, estimate: Callable[[], Any]):
 def hutchinson(loss_fn: Callable, params, *, key) -> Updates:
     """Hutchinson's estimator of diag(∇²L) (Sophia-H): ĥ = u ⊙ (∇²L(θ) u), u ~ N(0, I).
 
-    Unbiased, E[u_i (Hu)_i] = H_ii, at the cost of one Hessian-vector product (forward-over-reverse).
-    `loss_fn(params)` returns the scalar loss on the current batch."""
+    Unbiased, E[u_i (Hu)_i] = H_ii, at the cost of one Hessian-vector product
+    (forward-over-reverse). `loss_fn(params)` returns the scalar loss on the current batch."""
     leaves, treedef = jax.tree.flatten(params)
     keys = jax.random.split(key, len(leaves))
     u = treedef.unflatten([jax.random.normal(k, p.shape, p.dtype) for k, p in zip(keys, leaves)])
@@ -363,9 +366,8 @@ def gauss_newton_bartlett(logits_fn: Callable, params, *, key) -> Updates:
     flat = logits.reshape(-1, logits.shape[-1])  # (B, V)
     batch = flat.shape[0]
     y = jax.random.categorical(key, flat)  # (B,)
-    dlogits = (
-        jax.nn.softmax(flat) - jax.nn.one_hot(y, flat.shape[-1], dtype=flat.dtype)
-    ) / batch  # dL̂/dlogits
+    one_hot = jax.nn.one_hot(y, flat.shape[-1], dtype=flat.dtype)  # (B, V)
+    dlogits = (jax.nn.softmax(flat) - one_hot) / batch  # dL̂/dlogits
     (grads,) = vjp(dlogits.reshape(logits.shape))
     return jax.tree.map(lambda g: batch * g * g, grads)
 
@@ -467,9 +469,8 @@ def accumulate(inner, k: int) -> GradientTransformation:
 
     def update(u, state, params=None):
         n = state.micro_step
-        acc = jax.tree.map(
-            lambda a, g: a + (g - a) / (n + 1).astype(g.dtype), state.acc, u
-        )  # running mean
+        # running mean
+        acc = jax.tree.map(lambda a, g: a + (g - a) / (n + 1).astype(g.dtype), state.acc, u)
         emit = n == k - 1
         out, inner_state = jax.lax.cond(
             emit,

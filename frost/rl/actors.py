@@ -2,7 +2,8 @@
 host environments (gymnasium's, or any object with gymnasium's `reset(seed=)` / `step(action)`)
 stepped by actor processes that feed a jitted learner.
 
-    with Actors(functools.partial(gymnasium.make, "CartPole-v1"), num_envs=8, steps=128, actors=2) as pool:
+    with Actors(functools.partial(gymnasium.make, "CartPole-v1"), num_envs=8, steps=128, actors=2)
+    as pool:
         pool.submit(policy_net, version=0)    # each actor acts one rollout with these parameters
         rollout, versions = pool.collect()    # (T, B) arrays of all actors' envs, in actor order
 
@@ -59,9 +60,8 @@ def _act(recv, send, slots, blob):
 
     from frost.rl.anakin import jit
 
-    make_env, act, num_envs, b, steps, seed, deterministic = pickle.loads(
-        blob
-    )  # after the line above: imports JAX
+    # after the line above: imports JAX
+    make_env, act, num_envs, b, steps, seed, deterministic = pickle.loads(blob)
 
     @jit
     def policy(net, obs, k, t, ids):  # the keys of (seed, rollout k, step t, env i)
@@ -74,9 +74,10 @@ def _act(recv, send, slots, blob):
         try:
             if envs is None:
                 mine = slice(w * b, (w + 1) * b)
-                # Deterministic: the policy sees all num_envs rows (its own filled), so that each row's
-                # numbers are the same for any actor count (XLA's CPU dot rounds by batch size).
-                # own: this actor's rows of the policy's batch; ids: the envs of the batch's rows.
+                # Deterministic: the policy sees all num_envs rows (its own filled), so that each
+                # row's numbers are the same for any actor count (XLA's CPU dot rounds by batch
+                # size). own: this actor's rows of the policy's batch; ids: the envs of the batch's
+                # rows.
                 own, ids = (
                     (mine, np.arange(num_envs))
                     if deterministic
@@ -150,16 +151,16 @@ class Actors:
         )
         self.free = [collections.deque(range(w * depth, (w + 1) * depth)) for w in range(actors)]
         self.sent = [0] * actors  # rollouts asked of each actor
-        self.arrived = (
-            collections.deque()
-        )  # (actor, slot, version) of rollouts ready, in arrival order
+        # (actor, slot, version) of rollouts ready, in arrival order
+        self.arrived = collections.deque()
 
     @property
     def pids(self) -> list[int]:
         return [p.pid for p in self.pool.procs]
 
     def submit(self, policy_net, version: int) -> None:
-        """Hand every free slot to its actor for a rollout acted with `policy_net` (parameters `version`)."""
+        """Hand every free slot to its actor for a rollout acted with `policy_net` (parameters
+        `version`)."""
         import jax
 
         net = jax.tree.map(np.asarray, policy_net)

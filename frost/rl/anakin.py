@@ -59,7 +59,8 @@ def mlp(obs_shape, n_out: int, hidden: int, activation, out_scale: float, *, key
     """obs (N, *obs_shape) -> (N, n_out): flatten, two hidden layers, a linear head; orthogonal
     weights (gain sqrt 2, the head's `out_scale`) and zero biases, as CleanRL's and PureJaxRL's
     networks. All weights come from one normal draw: XLA's CPU compiler spends 0.3-1 s on each
-    distinct random shape in a program (one ActorCritic: 4.4 s compiling with a draw per layer, 1.4 s)."""
+    distinct random shape in a program (one ActorCritic: 4.4 s compiling with a draw per layer, 1.4
+    s)."""
     sizes = [(math.prod(obs_shape), hidden), (hidden, hidden), (hidden, n_out)]
     z = jax.random.normal(key, (sum(a * b for a, b in sizes),))
     layers, start = [], 0
@@ -106,9 +107,8 @@ def run(init, iteration, seeds, iterations: int, on_chunk=None, chunk: int | Non
     after each call, with metrics (seeds, chunk, ...) and `done` iterations so far."""
     chunk = chunk or chunk_size(iterations)
     devices = jax.devices()[: math.gcd(len(seeds), jax.device_count())]
-    seeded = parallel.batch_sharding(
-        parallel.make_mesh(devices=devices)
-    )  # the seed axis split over them
+    # the seed axis split over them
+    seeded = parallel.batch_sharding(parallel.make_mesh(devices=devices))
     keys = jax.device_put(jax.vmap(jax.random.key)(jnp.asarray(seeds, jnp.uint32)), seeded)
     runner = jit(jax.vmap(init), out_shardings=seeded)(keys)
     step = jit(

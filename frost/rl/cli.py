@@ -3,8 +3,9 @@ answered at once); the job is frost.rl.run.
 
     frost rl ppo --env cartpole --seeds 5               # Anakin: 5 seeds in one compiled program
     frost rl dqn --env breakout --steps 500000
-    frost rl ppo --env gym:CartPole-v1 --actors 2       # Sebulba: gymnasium envs in 2 actor processes
-    frost rl eval runs/rl-ppo-cartpole                  # the checkpoint's policy, 100 episodes a seed
+    frost rl ppo --env gym:CartPole-v1 --actors 2       # Sebulba: gymnasium envs in 2 actor
+    processes frost rl eval runs/rl-ppo-cartpole                  # the checkpoint's policy, 100
+    episodes a seed
 """
 
 import dataclasses
@@ -58,7 +59,8 @@ class RunConfig(Checked):
             )
         if mode == "sebulba" and not host:
             raise UsageError(
-                f"--mode sebulba steps host envs: use --env gym:ID (e.g. gym:CartPole-v1), not {self.env}"
+                "--mode sebulba steps host envs: use --env gym:ID (e.g. gym:CartPole-v1), not "
+                f"{self.env}"
             )
         if mode == "sebulba" and self.algo != "ppo":
             raise UsageError(
@@ -93,9 +95,8 @@ class RunConfig(Checked):
 
 
 def _train(args):
-    cfg = from_args(
-        RunConfig, args, algo=args.algo
-    )  # a user's mistake is answered before JAX loads
+    # a user's mistake is answered before JAX loads
+    cfg = from_args(RunConfig, args, algo=args.algo)
     from frost.rl import run
 
     return run.train(cfg)

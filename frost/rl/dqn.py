@@ -65,9 +65,8 @@ def loss(model, target, batch, cfg: Config):
     return mse, {"loss": mse, "q": q_taken.mean()}
 
 
-def epsilon(
-    step, cfg: Config
-):  # linear from eps_start to eps_end over eps_fraction of the steps, then flat
+# linear from eps_start to eps_end over eps_fraction of the steps, then flat
+def epsilon(step, cfg: Config):
     return optim.linear(cfg.eps_start, cfg.eps_end, cfg.eps_fraction * cfg.total_steps)(step)
 
 
@@ -139,9 +138,8 @@ def anakin(env, cfg: Config):
         model, opt_state = where(
             learn, (optim.apply_updates(r.model, updates), opt_state), (r.model, r.opt_state)
         )
-        target = where(
-            steps % cfg.target_every < B, model, r.target
-        )  # a copy every target_every env steps
+        # a copy every target_every env steps
+        target = where(steps % cfg.target_every < B, model, r.target)
         running, last, episodes = episode_metrics(
             reward[None], done[None], r.running, r.last_return
         )

@@ -65,9 +65,8 @@ class CartPole(Env):
     x_threshold, theta_threshold, max_steps = 2.4, 12 * 2 * math.pi / 360, 500
 
     def init(self, key):
-        return CartPoleState(
-            *jax.random.uniform(key, (4,), f32, -0.05, 0.05), i32(0)
-        )  # x, x_dot, theta, theta_dot
+        # x, x_dot, theta, theta_dot
+        return CartPoleState(*jax.random.uniform(key, (4,), f32, -0.05, 0.05), i32(0))
 
     def transition(self, s, action):
         total, pole_ml = self.masspole + self.masscart, self.masspole * self.length
@@ -154,9 +153,8 @@ class Breakout(Env):
     )  # new direction per old one
 
     def init(self, key):
-        right = jax.random.randint(
-            key, (), 0, 2, i32
-        )  # start at (0, 3) going down-right or (9, 3) down-left
+        # start at (0, 3) going down-right or (9, 3) down-left
+        right = jax.random.randint(key, (), 0, 2, i32)
         x, y = 9 * right, i32(3)
         return BreakoutState(
             x,
@@ -200,9 +198,8 @@ class Breakout(Env):
             .at[s.ball_y, s.ball_x, 1]
             .set(1.0)
         )
-        return (
-            obs.at[s.last_y, s.last_x, 2].set(1.0).at[:, :, 3].set(s.bricks.astype(f32))
-        )  # (10, 10, 4)
+        # (10, 10, 4)
+        return obs.at[s.last_y, s.last_x, 2].set(1.0).at[:, :, 3].set(s.bricks.astype(f32))
 
 
 ENVS = {"cartpole": CartPole, "catch": Catch, "breakout": Breakout}

@@ -58,14 +58,16 @@ def optimizer(cfg: Config):
     """Adam (eps 1e-5) after clipping the gradient norm; the learning rate falls linearly to 0,
     one step per update (all of an update's minibatches use the same rate), as CleanRL."""
     per_update = cfg.epochs * cfg.minibatches
-    lr = lambda count: (
-        cfg.lr * (1.0 - (jnp.asarray(count) // per_update).astype(jnp.float32) / cfg.updates)
-    )  # noqa: E731
+
+    def lr(count):
+        return cfg.lr * (1.0 - (jnp.asarray(count) // per_update).astype(jnp.float32) / cfg.updates)
+
     return optim.chain(optim.clip_by_global_norm(cfg.max_grad_norm), optim.adam(lr, eps=1e-5))
 
 
 def act(policy_net, obs, keys):
-    """Sample actions from the actor network: obs (N, ...), keys (N,) -> action (N,) int32, logp (N,)."""
+    """Sample actions from the actor network: obs (N, ...), keys (N,) -> action (N,) int32, logp
+    (N,)."""
     logits = policy_net(obs)  # (N, A)
     action = jax.vmap(jax.random.categorical)(keys, logits).astype(jnp.int32)
     return action, jnp.take_along_axis(jax.nn.log_softmax(logits), action[:, None], 1)[:, 0]
@@ -78,7 +80,8 @@ def greedy(model):
 def gae(values, rewards, dones, last_value, gamma: float, lam: float):
     """Generalised advantage estimation (Schulman et al. 2016, arXiv 1506.02438), (T, B) arrays:
 
-        delta_t = r_t + gamma (1 - d_t) V(s_t+1) - V(s_t);   A_t = delta_t + gamma lam (1 - d_t) A_t+1
+        delta_t = r_t + gamma (1 - d_t) V(s_t+1) - V(s_t);   A_t = delta_t + gamma lam (1 - d_t)
+        A_t+1
 
     Returns (advantages, value targets A + V)."""
 

@@ -62,9 +62,8 @@ class Recorder:
             {},
             time.perf_counter(),
         )  # at: {seed: its last step}
-        self.bar = tqdm(
-            total=total, desc=label, unit="step", unit_scale=True, dynamic_ncols=True
-        )  # all seeds' steps
+        # all seeds' steps
+        self.bar = tqdm(total=total, desc=label, unit="step", unit_scale=True, dynamic_ncols=True)
 
     def report(self, seeds, step: int, metrics: dict):
         """`seeds` are at env step `step`; `metrics` holds one value per seed."""
@@ -98,9 +97,8 @@ def train(cfg) -> int:
         raise UsageError(f"--actors {cfg.actors}: must divide the {hp.num_envs} environments")
     out.mkdir(parents=True, exist_ok=True)
     per_update = hp.num_envs * hp.num_steps
-    rec = Recorder(
-        out, hp.updates * per_update * len(seeds), f"{cfg.algo} {cfg.env}"
-    )  # its clock starts now
+    # its clock starts now
+    rec = Recorder(out, hp.updates * per_update * len(seeds), f"{cfg.algo} {cfg.env}")
     if cfg.mode == "anakin":
         init, iteration = ALGOS[cfg.algo].anakin(envs.make(cfg.env), hp)
 
@@ -122,7 +120,7 @@ def train(cfg) -> int:
                     seed,
                     cfg.actors or 2,
                     cfg.deterministic,
-                    on_update=lambda u, m: rec.report(
+                    on_update=lambda u, m, seed=seed: rec.report(
                         [seed], (u + 1) * per_update, {k: [v] for k, v in m.items()}
                     ),
                 )
@@ -143,8 +141,8 @@ def train(cfg) -> int:
     plot(out, rec.records)
     for row in results["seeds"]:
         print(
-            f"seed {row['seed']}: evaluation return {row['final_return']:.1f} after {row['steps']} steps "
-            f"in {row['seconds']:.1f} s"
+            f"seed {row['seed']}: evaluation return {row['final_return']:.1f} after {row['steps']} "
+            f"steps in {row['seconds']:.1f} s"
         )
     print(f"run dir {out}")
     return 0
@@ -157,7 +155,8 @@ def _make_env(name: str):
 
 
 def _network(algo: str, env: str, hidden: int):
-    """The network builder (key) -> model of `algo` on `env` (a template for loading a checkpoint)."""
+    """The network builder (key) -> model of `algo` on `env` (a template for loading a
+    checkpoint)."""
     if env.startswith("gym:"):
         probe = _make_env(env)()
         shape, actions = probe.observation_space.shape, int(probe.action_space.n)
@@ -169,14 +168,13 @@ def _network(algo: str, env: str, hidden: int):
 
 def evaluate(algo: str, env: str, models, seeds):
     """Mean greedy return over 100 episodes of each seed's policy in `models` (stacked by seed)."""
-    if env.startswith(
-        "gym:"
-    ):  # host envs: (model, obs (N, ...)) -> actions, one model of `models` at a time
+    # host envs: (model, obs (N, ...)) -> actions, one model of `models` at a time
+    if env.startswith("gym:"):
         policy = anakin.jit(lambda model, obs: ALGOS[algo].greedy(model)(obs))
         return [
             actors.evaluate(
                 _make_env(env),
-                functools.partial(policy, jax.tree.map(lambda x: x[i], models)),
+                functools.partial(policy, jax.tree.map(lambda x, i=i: x[i], models)),
                 seed=s,
             )
             for i, s in enumerate(seeds)
@@ -189,7 +187,8 @@ def evaluate(algo: str, env: str, models, seeds):
 
 @functools.lru_cache
 def _evaluator(algo: str, env: str):
-    """(models, keys) -> the mean greedy return on jnp env `env` of each seed's model (compiled once)."""
+    """(models, keys) -> the mean greedy return on jnp env `env` of each seed's model (compiled
+    once)."""
     e, greedy = envs.make(env), ALGOS[algo].greedy
     return anakin.jit(jax.vmap(lambda m, k: anakin.evaluate(e, greedy(m), k)))
 
@@ -226,6 +225,7 @@ def evaluate_run(run_dir) -> int:
         meta["seeds"], evaluate(meta["algo"], meta["env"], tree["model"], meta["seeds"])
     ):
         print(
-            f"seed {seed}: mean return {float(ret):.1f} over 100 episodes ({meta['algo']}, {meta['env']})"
+            f"seed {seed}: mean return {float(ret):.1f} over 100 episodes ({meta['algo']}, "
+            f"{meta['env']})"
         )
     return 0

@@ -24,10 +24,10 @@ import re
 import sys
 import threading
 from collections import Counter
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, wait
 from itertools import chain, islice
 from multiprocessing import get_context
-from typing import Iterable, Iterator
 
 import numpy as np
 import regex
@@ -42,7 +42,8 @@ BATCH_CHARS = 1 << 20  # text per worker task
 _WS = r"\t\n\v\f\r "  # what the regex module's \s matches among ASCII characters
 # GPT4_PATTERN restricted to ASCII text, for the stdlib `re` engine (about twice as fast on it)
 _GPT4_ASCII = re.compile(
-    rf"""'(?i:[sdmt]|ll|ve|re)|[^\r\nA-Za-z0-9]?+[A-Za-z]+|[0-9]{{1,3}}| ?[^{_WS}A-Za-z0-9]++[\r\n]*|"""
+    rf"""'(?i:[sdmt]|ll|ve|re)|[^\r\nA-Za-z0-9]?+[A-Za-z]+|[0-9]{{1,3}}|"""
+    rf""" ?[^{_WS}A-Za-z0-9]++[\r\n]*|"""
     rf"""[{_WS}]*[\r\n]|[{_WS}]+(?![^{_WS}])|[{_WS}]+"""
 )
 
@@ -70,7 +71,8 @@ def split_chunks(pattern: str, text: str) -> list[str]:
     """
     pat = _GPT4_ASCII if pattern == GPT4_PATTERN and text.isascii() else _compile(pattern)
     chunks = pat.findall(text)
-    # the matches cover the text: always for GPT-4's pattern (some branch matches any character), else check
+    # the matches cover the text: always for GPT-4's pattern (some branch matches any character),
+    # else check
     if pattern == GPT4_PATTERN or sum(map(len, chunks)) == len(text):
         return chunks
     out, pos = [], 0
@@ -81,8 +83,8 @@ def split_chunks(pattern: str, text: str) -> list[str]:
 
 
 # A newline followed by a non-space character: no chunk of the GPT-4 or GPT-2 pattern spans it, so
-# a long text cut there encodes exactly as the whole. (re's \S excludes all of str.isspace, a superset
-# of the regex module's \s, so the test is conservative.)
+# a long text cut there encodes exactly as the whole. (re's \S excludes all of str.isspace, a
+# superset of the regex module's \s, so the test is conservative.)
 _CUT = re.compile(r"\n(?=\S)")
 
 
@@ -117,7 +119,8 @@ def stream_files(paths: Iterable[str | os.PathLike], size: int = BATCH_CHARS) ->
             with open(path, encoding="utf-8", newline="") as f:
                 rest = ""
                 while block := f.read(size):
-                    # every piece but the last ends at a safe point; the last is read on with the next block
+                    # every piece but the last ends at a safe point; the last is read on with the
+                    # next block
                     *pieces, rest = _pieces(rest + block, size)
                     yield from pieces
         except UnicodeDecodeError as e:
@@ -140,7 +143,8 @@ def parallel_map(
     """`map(fn, items)` in order, in `workers` processes (default: all cores) with at most two tasks
     per worker in flight, so a lazy input is read only as fast as it is used. `init(*initargs)`
     starts each worker. A single item, or workers=1, runs here as `map(local or fn, items)`.
-    `started()` is called once the workers exist (a thread started from it cannot make forking them unsafe)."""
+    `started()` is called once the workers exist (a thread started from it cannot make forking them
+    unsafe)."""
     if workers is not None and workers < 1:
         raise UsageError(f"workers={workers}: must be at least 1")
     items = iter(items)
@@ -247,7 +251,8 @@ def train_counts(
     special_tokens: Iterable[str] = (),
     progress: bool = False,
 ) -> Tokenizer:
-    """Train from chunk counts ({chunk: occurrences}, as `count_chunks` returns); counts are int64."""
+    """Train from chunk counts ({chunk: occurrences}, as `count_chunks` returns); counts are
+    int64."""
     from .merge import merge_loop  # numba loads only when training
 
     special_tokens, n_tokens = _n_tokens(vocab_size, special_tokens)
@@ -263,9 +268,8 @@ def train_counts(
         ThreadPoolExecutor(1) as pool,
         _bar(progress, "merging", "tok", total=n_tokens - 256) as bar,
     ):
-        merging = pool.submit(
-            merge_loop, sym, starts, wcount, n_tokens, done
-        )  # it releases the GIL
+        # it releases the GIL
+        merging = pool.submit(merge_loop, sym, starts, wcount, n_tokens, done)
         while bar is not None and not merging.done():  # this thread moves the bar
             wait([merging], 0.1)
             bar.update(max(0, int(done[0]) - 256 - bar.n))
@@ -276,18 +280,20 @@ def train_counts(
 
 
 def _n_tokens(vocab_size: int, special_tokens: Iterable[str]) -> tuple[list[str], int]:
-    """The special tokens (duplicates dropped) and the number of other tokens; UsageError if too few."""
+    """The special tokens (duplicates dropped) and the number of other tokens; UsageError if too
+    few."""
     special = list(dict.fromkeys(special_tokens))
     if "" in special or vocab_size < 256 + len(special):
         raise UsageError(
-            f"vocab_size={vocab_size}, special tokens {special}: special tokens must be non-empty, and "
-            f"the vocabulary needs the 256 bytes and them: use at least {256 + len(special)}"
+            f"vocab_size={vocab_size}, special tokens {special}: special tokens must be non-empty, "
+            f"and the vocabulary needs the 256 bytes and them: use at least {256 + len(special)}"
         )
     return special, vocab_size - len(special)
 
 
 def _bar(on: bool, desc: str, unit: str, total=None):
-    """A tqdm progress bar to use in `with`, erased when done, or (off) a context that yields None."""
+    """A tqdm progress bar to use in `with`, erased when done, or (off) a context that yields
+    None."""
     if not on:
         return contextlib.nullcontext()
     from tqdm import tqdm
@@ -297,14 +303,13 @@ def _bar(on: bool, desc: str, unit: str, total=None):
             0  # no monitor thread: a thread makes forking the workers unsafe (so slow)
         )
 
-    return Bar(
-        total=total, desc=desc, unit=unit, unit_scale=True, leave=False
-    )  # the last line: the result, or the error
+    # the last line: the result, or the error
+    return Bar(total=total, desc=desc, unit=unit, unit_scale=True, leave=False)
 
 
 class _Cache(dict):
-    """chunk -> token ids; a miss runs BPE and is kept while the cache holds < `limit` chunks, so the
-    frequent ones (which come early, by Zipf's law) stay and memory stays bounded."""
+    """chunk -> token ids; a miss runs BPE and is kept while the cache holds < `limit` chunks, so
+    the frequent ones (which come early, by Zipf's law) stay and memory stays bounded."""
 
     def __init__(self, bpe, limit: int):
         super().__init__()
@@ -375,12 +380,16 @@ class Tokenizer:
         return len(self._decode)
 
     def __repr__(self):
-        return f"Tokenizer(vocab_size={self.vocab_size}, merges={len(self.merges)}, special={list(self.special)})"
+        return (
+            f"Tokenizer(vocab_size={self.vocab_size}, merges={len(self.merges)}, "
+            f"special={list(self.special)})"
+        )
 
     def _bpe(self, chunk: str) -> tuple[int, ...]:
         """BPE of one chunk: merge the adjacent pair learned first (lowest rank), leftmost first,
         until no learned pair is left; a heap of (rank, position) makes it O(n log n), as HF's.
-        ' the' -> [32, 116, 104, 101] -> [32, 256, 101] (t,h) -> [32, 257] (th,e) -> [258] ( ,the)"""
+        ' the' -> [32, 116, 104, 101] -> [32, 256, 101] (t,h) -> [32, 257] (th,e)
+        -> [258] ( ,the)"""
         ids = list(chunk.encode("utf-8"))  # ids[i] is None once merged into the token on its left
         n, get = len(ids), self._ranks.get
         left, right = (
@@ -409,7 +418,8 @@ class Tokenizer:
 
     def encode(self, text: str, *, special: str = "refuse") -> list[int]:
         """Text -> ids. `special` says what a special-token string in the text means:
-        "refuse" (default) raises UsageError, "allow" encodes it as its special id, "text" as text."""
+        "refuse" (default) raises UsageError, "allow" encodes it as its special id, "text" as
+        text."""
         if special not in ("refuse", "allow", "text"):
             raise UsageError(f"special must be 'refuse', 'allow' or 'text', not {special!r}")
         parts = (
@@ -417,12 +427,11 @@ class Tokenizer:
             if self._special_re is None or special == "text"
             else self._special_re.split(text)
         )
-        if (
-            special == "refuse" and len(parts) > 1
-        ):  # parts: [text, special, text, special, ..., text]
+        # parts: [text, special, text, special, ..., text]
+        if special == "refuse" and len(parts) > 1:
             raise UsageError(
-                f"text contains the special token {parts[1]!r} at {len(parts[0])}; pass special='allow' "
-                "to encode it as a special token or 'text' as plain text"
+                f"text contains the special token {parts[1]!r} at {len(parts[0])}; pass "
+                "special='allow' to encode it as a special token or 'text' as plain text"
             )
         return [
             i
@@ -433,7 +442,8 @@ class Tokenizer:
     def encode_iter(
         self, texts: Iterable[str], *, special: str = "refuse", workers: int | None = None
     ):
-        """Lazily encode many texts, in order, in `workers` processes; yields one id list per text."""
+        """Lazily encode many texts, in order, in `workers` processes; yields one id list per
+        text."""
         encode = functools.partial(_encode_batch, special)
         state = (self.merges, self.special, self.pattern)
         here = lambda texts: _flat([self.encode(t, special=special) for t in texts])  # noqa: E731

@@ -96,7 +96,8 @@ def _encode(args) -> int:
     tok = load(args.tokenizer)
     if args.eot is not None and args.eot not in tok.special:
         raise UsageError(
-            f"--eot {args.eot!r} is not a special token of {args.tokenizer} (it has {list(tok.special)})"
+            f"--eot {args.eot!r} is not a special token of {args.tokenizer} (it has "
+            f"{list(tok.special)})"
         )
     dtype, bar = (
         np.dtype(token_dtype(tok.vocab_size)),
@@ -122,7 +123,8 @@ def _encode(args) -> int:
 
 
 def _checked(args) -> int:
-    """The corpus files' total size; UsageError, before any work, if one is missing, or an output's folder."""
+    """The corpus files' total size; UsageError, before any work, if one is missing, or an output's
+    folder."""
     for out in (args.output, getattr(args, "hf", None)):
         if out and not os.path.isdir(os.path.dirname(os.path.abspath(out))):
             raise UsageError(

@@ -46,7 +46,8 @@ def save(tok: Tokenizer, path) -> None:
 
 
 def load(path) -> Tokenizer:
-    """Read a file written by `save`. A missing, malformed or truncated file raises UsageError naming it."""
+    """Read a file written by `save`. A missing, malformed or truncated file raises UsageError
+    naming it."""
     try:
         data = json.loads(pathlib.Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as e:
@@ -65,7 +66,8 @@ def load(path) -> Tokenizer:
         raise UsageError(f'{path}: not a Frost tokenizer file: expected "format": "{FORMAT}"{hint}')
     if data.get("version") != VERSION:
         raise UsageError(
-            f"{path}: format version {data.get('version')!r} is not supported (this Frost reads {VERSION})"
+            f"{path}: format version {data.get('version')!r} is not supported (this Frost reads "
+            f"{VERSION})"
         )
     try:
         merges, special, pattern = data["merges"], data["special_tokens"], data["pattern"]
@@ -170,13 +172,15 @@ class Renumbered:
         return [self.ids[i] for i in self.tok.encode(text, special=special)]
 
     def decode(self, ids, errors: str = "replace") -> str:
-        """Ids -> text; an id the vocabulary does not have (a padded model vocabulary) is skipped."""
+        """Ids -> text; an id the vocabulary does not have (a padded model vocabulary) is
+        skipped."""
         return self.tok.decode([self._frost[i] for i in ids if i in self._frost], errors)
 
 
 def load_gpt2(folder) -> Renumbered:
     """A GPT-2 tokenizer folder (vocab.json + merges.txt) -> Frost's BPE giving the same ids as
-    transformers' GPT2Tokenizer. Vocabulary entries that no merge makes (<|endoftext|>) are special tokens."""
+    transformers' GPT2Tokenizer. Vocabulary entries that no merge makes (<|endoftext|>) are special
+    tokens."""
     folder = pathlib.Path(folder)
     try:
         vocab = json.loads((folder / "vocab.json").read_text(encoding="utf-8"))
@@ -192,13 +196,15 @@ def load_gpt2(folder) -> Renumbered:
             pair = line.split(" ")
             if len(pair) != 2 or not all(p in ids for p in pair):
                 raise UsageError(
-                    f"{folder / 'merges.txt'} line {n}: {line!r} is not a merge of two earlier tokens"
+                    f"{folder / 'merges.txt'} line {n}: {line!r} is not a merge of two earlier "
+                    "tokens"
                 )
             merges.append((ids[pair[0]], ids[pair[1]], ids.setdefault(pair[0] + pair[1], len(ids))))
     unknown = [t for t in ids if t not in vocab]
     if unknown:
         raise UsageError(
-            f"{folder / 'vocab.json'}: lacks {len(unknown)} tokens that merges.txt makes, e.g. {unknown[:3]}"
+            f"{folder / 'vocab.json'}: lacks {len(unknown)} tokens that merges.txt makes, e.g. "
+            f"{unknown[:3]}"
         )
     special = sorted(set(vocab) - set(ids), key=vocab.get)
     tok = Tokenizer(merges, {s: len(ids) + i for i, s in enumerate(special)}, GPT2_PATTERN)

@@ -23,10 +23,12 @@ with the rows used. All int64; p, e, t index rows:
     P[p] = (key, count, head, stamp)  pairs ever seen; key = left << 32 | right; table: key -> p
     E[e] = (word, next)               linked lists of the words that hold pair p (from P[p].head);
                                       may hold stale words, which are skipped when merged
-    H[:n] = (count, key)              lazy max-heap: a popped entry whose count is out of date is re-pushed
-    T[t] = (hash, same, pos, len, pow)  token t: a polynomial hash of its bytes (byhash: hash -> the
+    H[:n] = (count, key)              lazy max-heap: a popped entry whose count is out of date is
+    re-pushed T[t] = (hash, same, pos, len, pow)  token t: a polynomial hash of its bytes (byhash:
+    hash -> the
                                       newest token with it, `same` the one before), its bytes at
-                                      orig[pos:pos + len] (each symbol's byte offset is kept in `pos`)
+                                      orig[pos:pos + len] (each symbol's byte offset is kept in
+                                      `pos`)
 """
 
 import warnings
@@ -41,13 +43,15 @@ MIX = -7046029254386353131  # 0x9E3779B97F4A7C15 as an int64: Fibonacci hashing
 
 def _jit(fn):
     """numba.njit with the on-disk cache (NUMBA_CACHE_DIR, else __pycache__ beside this file, else
-    ~/.cache/numba), so only the first run compiles; where none is writable, compile every run, and say so."""
+    ~/.cache/numba), so only the first run compiles; where none is writable, compile every run, and
+    say so."""
     try:
         return nb.njit(cache=True, nogil=True)(fn)
     except RuntimeError:  # numba: "cannot cache function ...: no locator available"
         warnings.warn(
             "frost.text: numba has no writable cache folder, so the BPE merge loop is compiled on "
-            "every run (seconds); set NUMBA_CACHE_DIR to a writable folder"
+            "every run (seconds); set NUMBA_CACHE_DIR to a writable folder",
+            stacklevel=2,
         )
         return nb.njit(nogil=True)(fn)
 
@@ -66,7 +70,8 @@ def _slot(table, rows, key):
 @_jit
 def _sift(H, n, i, count, key):
     """Put (count, key) at row i of the heap H[:n] (top: the highest count, then the smallest key),
-    moving it up past lesser parents, then down past greater children. Push: i = n - 1; pop: i = 0."""
+    moving it up past lesser parents, then down past greater children. Push: i = n - 1; pop: i =
+    0."""
     while i > 0 and (
         H[(i - 1) >> 1, 0] < count or (H[(i - 1) >> 1, 0] == count and H[(i - 1) >> 1, 1] > key)
     ):
@@ -95,9 +100,8 @@ def _bump(P, E, table, size, key, f, w):
         size[0] += 1
     p = table[s]
     P[p, COUNT] += f
-    if (
-        P[p, HEAD] < 0 or E[P[p, HEAD], 0] != w
-    ):  # one word is processed at a time, so a repeat is the head
+    # one word is processed at a time, so a repeat is the head
+    if P[p, HEAD] < 0 or E[P[p, HEAD], 0] != w:
         E[size[1], 0], E[size[1], 1] = w, P[p, HEAD]
         P[p, HEAD] = size[1]
         size[1] += 1
@@ -212,18 +216,16 @@ def merge_loop(sym, starts, wcount, n_tokens, progress):
     (left, right, new id).
     """
     S = sym.shape[0]
-    rows = (
-        3 * S + 16
-    )  # pairs, list entries, heap entries: at most S initial ones + 2 per merged occurrence
+    # pairs, list entries, heap entries: at most S initial ones + 2 per merged occurrence
+    rows = 3 * S + 16
     # hash tables larger than what they can hold (so never full): pairs at most `rows`
     P, E, H = (
         np.empty((rows, 4), np.int64),
         np.empty((rows, 2), np.int64),
         np.empty((rows, 2), np.int64),
     )
-    orig = np.concatenate(
-        [sym, np.arange(256, dtype=sym.dtype)]
-    )  # each token's bytes are somewhere here
+    # each token's bytes are somewhere here
+    orig = np.concatenate([sym, np.arange(256, dtype=sym.dtype)])
     out = np.empty((S + 16, 3), np.int64)
     m = _loop(
         sym,

@@ -1,7 +1,8 @@
 """Checkpoints: a PyTree of arrays in safetensors, plus a JSON manifest. No pickle, no gather.
 
     path = save(run_dir / "checkpoints", step, {"model": model, "opt_state": opt_state}, meta={...})
-    tree, meta = load(latest(run_dir / "checkpoints"), template={"model": model, "opt_state": opt_state})
+    tree, meta = load(latest(run_dir / "checkpoints"), template={"model": model, "opt_state":
+    opt_state})
 
 Layout: `<dir>/step_00001200/{manifest.json, arrays.safetensors}`, or with several processes one
 `arrays.<process>.safetensors` per process. Entries are named by their PyTree path
@@ -57,7 +58,8 @@ def _is_key(leaf) -> bool:
 
 
 def _names(tree) -> list:
-    """(entry name, leaf) pairs; the name is the leaf's PyTree path, e.g. 'model.blocks.0.conv1.weight'."""
+    """(entry name, leaf) pairs; the name is the leaf's PyTree path, e.g.
+    'model.blocks.0.conv1.weight'."""
     return [
         (jax.tree_util.keystr(path, simple=True, separator="."), leaf)
         for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]
@@ -65,7 +67,8 @@ def _names(tree) -> list:
 
 
 def _spec(leaf) -> tuple[str, tuple]:
-    """(dtype name, shape) as stored: PRNG keys as their key data. Works on arrays and ShapeDtypeStructs."""
+    """(dtype name, shape) as stored: PRNG keys as their key data. Works on arrays and
+    ShapeDtypeStructs."""
     if _is_key(leaf):  # key_impl takes arrays only; a ShapeDtypeStruct's key dtype names its impl
         impl = (
             str(jax.random.key_impl(leaf)) if isinstance(leaf, jax.Array) else leaf.dtype._impl.name
@@ -99,17 +102,17 @@ def _describe(leaf):
 
 
 def _shards(name: str, array, shape) -> list:
-    """[(bounds, process that writes it, its data there or None)] for each distinct shard of `array`.
-    Host values, and with several processes an array local to each process, are process 0's."""
+    """[(bounds, process that writes it, its data there or None)] for each distinct shard of
+    `array`. Host values, and with several processes an array local to each process, are process
+    0's."""
     if not isinstance(array, jax.Array) or (array.is_fully_addressable and jax.process_count() > 1):
         return [(tuple((0, n) for n in shape), 0, array)]
     holders = {}
     for device, index in array.sharding.devices_indices_map(shape).items():
         holders.setdefault(_bounds(index, shape), []).append(device)
     local = {_bounds(s.index, shape): s.data for s in array.addressable_shards}
-    replica = zlib.crc32(
-        name.encode()
-    )  # which holder (by device id) writes each shard: spread by entry name
+    # which holder (by device id) writes each shard: spread by entry name
+    replica = zlib.crc32(name.encode())
     return [
         (
             bounds,
@@ -207,12 +210,10 @@ def save(directory, step: int, tree, meta: dict | None = None, keep: int = 3) ->
                 "meta": meta or {},
                 "entries": entries,
             }
-            atomic.write(
-                tmp / "manifest.json", json.dumps(manifest, separators=(",", ":"))
-            )  # compact: 2/3 of indented
-    if (
-        me == 0
-    ):  # the checkpoints before the newest `keep` (none with keep=0), and folders of killed saves
+            # compact: 2/3 of indented
+            atomic.write(tmp / "manifest.json", json.dumps(manifest, separators=(",", ":")))
+    # the checkpoints before the newest `keep` (none with keep=0), and folders of killed saves
+    if me == 0:
         for old in checkpoints(directory)[:-keep] + list(directory.glob("step_*.tmp")):
             shutil.rmtree(old, ignore_errors=True)
     return final
@@ -240,12 +241,13 @@ def read_manifest(path) -> dict:
         manifest = json.loads((path / "manifest.json").read_text())
     except (OSError, json.JSONDecodeError) as e:
         raise CheckpointError(
-            f"{path / 'manifest.json'}: cannot read the checkpoint's manifest ({e}); the checkpoint "
-            f"is damaged: remove {path} to resume from the one before it"
+            f"{path / 'manifest.json'}: cannot read the checkpoint's manifest ({e}); the "
+            f"checkpoint is damaged: remove {path} to resume from the one before it"
         ) from None
     if manifest.get("format") != FORMAT:
         raise CheckpointError(
-            f"{path / 'manifest.json'}: unknown format {manifest.get('format')!r}, expected {FORMAT!r}"
+            f"{path / 'manifest.json'}: unknown format {manifest.get('format')!r}, expected "
+            f"{FORMAT!r}"
         )
     return manifest
 
@@ -269,9 +271,8 @@ class _Reader:
                 f"{file}: checksum mismatch in entry '{name}', the file is corrupt or was "
                 "changed after saving"
             )
-        return array.reshape(
-            [b - a for a, b in shard["index"]]
-        )  # safetensors may store 0-d arrays as 1-d
+        # safetensors may store 0-d arrays as 1-d
+        return array.reshape([b - a for a, b in shard["index"]])
 
 
 def _assemble(name: str, entry: dict, leaf, read: _Reader) -> jax.Array:

@@ -57,7 +57,8 @@ def _train(args):
         print(f"test accuracy {100 * result['test_accuracy']:.2f}% {after}; run dir {cfg.run_dir}")
     if "validation_loss" in result:
         print(
-            f"validation loss {result['validation_loss']:.4f} {after} ({result['tokens_per_s']:.0f} tokens/s); "
+            f"validation loss {result['validation_loss']:.4f} {after} "
+            f"({result['tokens_per_s']:.0f} tokens/s); "
             f"run dir {cfg.run_dir}; sample:\n{result['sample']}"
         )
 

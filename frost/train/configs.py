@@ -126,7 +126,8 @@ class ImageConfig(Config):
         super().check()
         if self.strategy == "tp":
             raise UsageError(
-                "--strategy tp: tensor parallelism splits a GPT's blocks; for resnets use dp or fsdp"
+                "--strategy tp: tensor parallelism splits a GPT's blocks; for resnets use dp or "
+                "fsdp"
             )
 
 

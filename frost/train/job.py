@@ -19,13 +19,15 @@ import os
 import pathlib
 import shutil
 import time
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 
-from frost import atomic, data as fdata, optim
-from frost.nn import precision
+from frost import atomic, optim
+from frost import data as fdata
 from frost.config import UsageError, flag
+from frost.nn import precision
 from frost.optim.registry import OPTIMIZERS, build, resolve
 from frost.train import loop
 
@@ -59,7 +61,8 @@ class Job:
 
 def enable_compilation_cache(path: str | None = None) -> str:
     """Keep XLA's compiled programs on disk, so a job's second run (and every later one with the
-    same shapes) skips compilation: in `path`, else $FROST_CACHE/jax (default ~/.cache/frost/jax)."""
+    same shapes) skips compilation: in `path`, else $FROST_CACHE/jax (default
+    ~/.cache/frost/jax)."""
     path = path or os.path.join(
         os.environ.get("FROST_CACHE", os.path.expanduser("~/.cache/frost")), "jax"
     )
@@ -92,8 +95,8 @@ def claim(cfg, resume: bool) -> pathlib.Path:
         )
         if changed:
             raise UsageError(
-                f"--resume: {run_dir} was made with other settings ({changed}); resume with the same "
-                "options, or choose another --out"
+                f"--resume: {run_dir} was made with other settings ({changed}); resume with the "
+                "same options, or choose another --out"
             )
     elif run_dir.exists() and any(run_dir.iterdir()):
         raise UsageError(
@@ -117,7 +120,8 @@ def make_optimizer(job, cfg, steps: int):
 
 def run(job, cfg, resume: bool = False, progress: bool = True) -> dict:
     """Train `cfg` with `job`; return the final evaluation and timing (also in result.json). A
-    new run directory is removed again if the set-up fails, so fixing the flags and rerunning works."""
+    new run directory is removed again if the set-up fails, so fixing the flags and rerunning
+    works."""
     run_dir = claim(cfg, resume)
     try:
         d, state, step, place = _setup(job, cfg, run_dir, resume, progress)
@@ -180,18 +184,18 @@ def run(job, cfg, resume: bool = False, progress: bool = True) -> dict:
         if state.last_eval is not None and cfg.max_steps is None
         else eval_fn(state.model)
     )
-    scaled = optim.find_states(
-        state.opt_state, precision.ScaledState
-    )  # with fp16: the overflow count
+    # with fp16: the overflow count
+    scaled = optim.find_states(state.opt_state, precision.ScaledState)
     result = {
         **{f"{job.eval_name}_{k}": v for k, v in final.items()},
         "steps": state.step,
         "skipped": state.skipped,
         "seconds": seconds,
-        **{"overflow_skipped": int(s.scale.skipped) for s in scaled},
         f"{job.unit}_per_s": (state.step - first_step) * cfg.batch_size * d.per_row / seconds,
         **job.finish(cfg, run_dir, state, d),
     }
+    if scaled:
+        result["overflow_skipped"] = int(scaled[0].scale.skipped)
     atomic.write(run_dir / "result.json", json.dumps(result, indent=1))
     return result
 
@@ -203,7 +207,7 @@ def _setup(job, cfg, run_dir, resume, progress):
     if rows < cfg.batch_size:
         raise UsageError(
             f"--batch-size {cfg.batch_size}: the training data has only {rows} examples"
-            f"{' (--limit %d)' % cfg.limit if cfg.limit else ''}; give more data or a smaller batch"
+            f"{f' (--limit {cfg.limit})' if cfg.limit else ''}; give more data or a smaller batch"
         )
     key = jax.random.key(cfg.seed)
     model = job.model(cfg, d, jax.random.fold_in(key, 0))

@@ -47,13 +47,12 @@ def prepare_corpus(cfg: LMConfig, run_dir: pathlib.Path, progress: bool = True):
         return text.load(tok_path)
     corpus = read_corpus(cfg.data)[: cfg.limit]
     cut = corpus.rfind("\n", 0, int(0.95 * len(corpus))) + 1 or int(0.95 * len(corpus))
-    if (
-        len(corpus[:cut].encode()) < cfg.batch_size * cfg.seq_len + 1 or len(corpus) - cut < 2
-    ):  # a token is >= 1 byte
+    # a token is >= 1 byte
+    if len(corpus[:cut].encode()) < cfg.batch_size * cfg.seq_len + 1 or len(corpus) - cut < 2:
         raise UsageError(
-            f"--data {cfg.data}{' --limit %d' % cfg.limit if cfg.limit else ''}: {len(corpus):,} "
-            f"characters is too little text for one batch of {cfg.batch_size} x {cfg.seq_len} tokens "
-            "plus a validation part"
+            f"--data {cfg.data}{f' --limit {cfg.limit}' if cfg.limit else ''}: {len(corpus):,} "
+            f"characters is too little text for one batch of {cfg.batch_size} x {cfg.seq_len} "
+            "tokens plus a validation part"
         )
     start = time.perf_counter()
     tok = text.train(corpus[:cut], cfg.vocab_size, progress=progress)
@@ -64,7 +63,8 @@ def prepare_corpus(cfg: LMConfig, run_dir: pathlib.Path, progress: bool = True):
     text.save(tok, tok_path)
     if progress:
         print(
-            f"tokenizer: {tok.vocab_size} tokens, trained and applied in {time.perf_counter() - start:.1f} s",
+            f"tokenizer: {tok.vocab_size} tokens, trained and applied in "
+            f"{time.perf_counter() - start:.1f} s",
             flush=True,
         )
     return tok
@@ -89,7 +89,10 @@ class LMJob(Job):
                 f"--data {cfg.data}: the validation part is shorter than one window of "
                 f"{cfg.seq_len} tokens; give more text or a smaller --seq-len"
             )
-        tokens = f"{len(train) * cfg.seq_len:,} training tokens, {len(val) * cfg.seq_len:,} validation tokens"
+        tokens = (
+            f"{len(train) * cfg.seq_len:,} training tokens, "
+            f"{len(val) * cfg.seq_len:,} validation tokens"
+        )
         return Data(train, val, tokens, per_row=cfg.seq_len, extra={"tokenizer": tok})
 
     def model(self, cfg, d, key):
@@ -120,7 +123,8 @@ def load_run(run_dir):
     path = checkpoint.latest(run_dir / "checkpoints")
     if path is None:
         raise UsageError(
-            f"{run_dir / 'checkpoints'}: no checkpoint to sample from (did training finish an epoch?)"
+            f"{run_dir / 'checkpoints'}: no checkpoint to sample from (did training finish an "
+            "epoch?)"
         )
     template = jax.eval_shape(lambda k: build_model(cfg, tok.vocab_size, k), jax.random.key(0))
     return checkpoint.load(path, {"model": template}, strict=False)[0]["model"], tok

@@ -39,7 +39,8 @@ from frost.optim import (
     global_norm,
     update_hessian,
 )
-from frost.train import checkpoint, metrics as metrics_log
+from frost.train import checkpoint
+from frost.train import metrics as metrics_log
 from frost.train.losses import HESSIAN, classification_loss, eval_sums
 
 _fold_in = jax.jit(jax.random.fold_in)  # the step's key; jitted: 8 us a call, 64 us eagerly
@@ -82,9 +83,8 @@ def train_step(
         raise ValueError(f"hessian={hessian!r}: choose one of {', '.join(HESSIAN)}")
     policy = mixed.policy(precision)
 
-    def objective(
-        model, batch, key, scale=1.0
-    ):  # the loss (times `scale`) in the compute dtype, returned in float32
+    # the loss (times `scale`) in the compute dtype, returned in float32
+    def objective(model, batch, key, scale=1.0):
         loss, (stats_model, metrics) = loss_fn(
             policy.cast_to_compute(model), policy.cast_to_compute(batch), key
         )
@@ -97,9 +97,8 @@ def train_step(
             raise ValueError(
                 "precision='fp16' needs the optimizer wrapped in frost.nn.precision.dynamic_scaling"
             )
-        scale = (
-            scaled[0].scale.scale if scaled else jnp.float32(1)
-        )  # fp16: the gradient is of loss * scale
+        # fp16: the gradient is of loss * scale
+        scale = scaled[0].scale.scale if scaled else jnp.float32(1)
         (loss, (stats_model, metrics)), grads = jax.value_and_grad(objective, has_aux=True)(
             model, batch, key, scale
         )
@@ -113,17 +112,14 @@ def train_step(
         updates, new_opt_state = optimizer.update(grads, new_opt_state, model)
         new_model = nn.update_buffers(apply_updates(model, updates), stats_model)
         finite = jnp.isfinite(loss) & all_finite(new_model) & all_finite(new_opt_state)
-        finite = (
-            finite if scaled else finite & all_finite(grads)
-        )  # dynamic_scaling handles overflowing grads
+        # dynamic_scaling handles overflowing grads
+        finite = finite if scaled else finite & all_finite(grads)
         keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(finite, a, b), new, old)  # noqa: E731
         metrics = dict(metrics, loss=loss, finite=finite, grad_norm=global_norm(grads) / scale)
-        metrics.update(
-            {
-                "overflow_skipped": s.scale.skipped
-                for s in find_states(new_opt_state, mixed.ScaledState)
-            }
-        )
+        if scaled:
+            metrics["overflow_skipped"] = find_states(new_opt_state, mixed.ScaledState)[
+                0
+            ].scale.skipped
         metrics.update(_learning_rate(new_opt_state))
         return keep(new_model, model), keep(new_opt_state, opt_state), metrics
 
@@ -131,7 +127,8 @@ def train_step(
 
 
 def _learning_rate(opt_state) -> dict:
-    """{"learning_rate": the step's value} for a Frost optimizer's state (the first, with Muon's two)."""
+    """{"learning_rate": the step's value} for a Frost optimizer's state (the first, with Muon's
+    two)."""
     try:
         rates = [v for k, v in get_hyperparams(opt_state).items() if k.endswith("learning_rate")]
     except ValueError:  # a foreign state whose fields clash
@@ -223,7 +220,8 @@ class _Policy:
         self.mode, self.max_skips, self.run_dir, self.in_a_row = mode, max_skips, run_dir, 0
 
     def __call__(self, pending, state: TrainState) -> TrainState:
-        """`pending`: the metrics of step `state.step`, dispatched; returns `state` with its skip count."""
+        """`pending`: the metrics of step `state.step`, dispatched; returns `state` with its skip
+        count."""
         if pending is None or bool(pending["finite"]):
             self.in_a_row = 0
             return state
@@ -232,7 +230,8 @@ class _Policy:
             return dataclasses.replace(state, skipped=state.skipped + 1)
         last = checkpoint.latest(self.run_dir / "checkpoints")
         why = (
-            f"{self.in_a_row} steps in a row were non-finite and skipped (--max-skips {self.max_skips})"
+            f"{self.in_a_row} steps in a row were non-finite and skipped (--max-skips "
+            f"{self.max_skips})"
             if self.mode == "skip"
             else "training stopped before applying it"
         )
@@ -306,9 +305,8 @@ def fit(
                     )
                     seen += count(batch)
                     bar.update(1)
-                    if state.step % log_every == 0 and bool(
-                        metrics["finite"]
-                    ):  # waits for this step anyway
+                    # waits for this step anyway
+                    if state.step % log_every == 0 and bool(metrics["finite"]):
                         state, pending = policy(pending, state), None
                         rate = seen / (time.perf_counter() - t0)
                         record = {

@@ -22,14 +22,14 @@ def correct(logits, labels):  # (..., V), (...) -> (...) bool
     top = jnp.max(logits, -1, keepdims=True)  # (..., 1)
     picked = jnp.take_along_axis(logits, labels[..., None].astype(jnp.int32), -1)  # (..., 1)
     index = jax.lax.broadcasted_iota(jnp.int32, logits.shape, logits.ndim - 1)  # (..., V)
-    earlier = jnp.any(
-        (logits == top) & (index < labels[..., None]), -1
-    )  # (...): a maximum before the label
+    # (...): a maximum before the label
+    earlier = jnp.any((logits == top) & (index < labels[..., None]), -1)
     return (picked == top)[..., 0] & ~earlier
 
 
 def classification_loss(model, batch, key):
-    """Softmax cross-entropy in training mode: `(loss, (model with new BatchNorm statistics, metrics))`."""
+    """Softmax cross-entropy in training mode: `(loss, (model with new BatchNorm statistics,
+    metrics))`."""
     x, labels = batch
     logits, stats_model = nn.apply(model, x, train=True, key=key)
     return cross_entropy(logits, labels), (
@@ -39,7 +39,8 @@ def classification_loss(model, batch, key):
 
 
 def eval_sums(model, batch):
-    """Evaluation mode: {loss_sum, correct, count} over the batch's positions (summed by `evaluate`)."""
+    """Evaluation mode: {loss_sum, correct, count} over the batch's positions (summed by
+    `evaluate`)."""
     x, labels = batch
     logits = model(x)
     count = labels.size
@@ -50,7 +51,8 @@ def eval_sums(model, batch):
     }
 
 
-# Sophia's Hessian-diagonal estimators (Liu et al. 2023) for this loss, as the training step calls them.
+# Sophia's Hessian-diagonal estimators (Liu et al. 2023) for this loss, as the training step calls
+# them.
 HESSIAN = {
     "gnb": lambda loss_fn, model, batch, key: gauss_newton_bartlett(
         lambda m: nn.apply(m, batch[0], train=True, key=key)[0], model, key=key

@@ -50,7 +50,9 @@ class Log(contextlib.ExitStack):
         super().__init__()
         run_dir = pathlib.Path(run_dir)
         rewind(run_dir / "metrics.jsonl", step)
-        self.file, self.board = self.enter_context(open(run_dir / "metrics.jsonl", "a")), None
+        # closed by this ExitStack
+        self.file = self.enter_context(open(run_dir / "metrics.jsonl", "a"))  # noqa: SIM115
+        self.board = None
         if tensorboard:
             from tensorboardX import SummaryWriter
 

@@ -14,7 +14,8 @@ def plot(run_dir, out=None) -> pathlib.Path:
     records = read(pathlib.Path(run_dir) / "metrics.jsonl")
     fig = Figure(figsize=(10, 4))
     ax_loss, ax_acc = fig.subplots(1, 2)
-    # each curve where logged: test_ and validation_ keys are what fit(eval_name=...) logged after each epoch
+    # each curve where logged: test_ and validation_ keys are what fit(eval_name=...) logged after
+    # each epoch
     for ax, key, label in (
         (ax_loss, "loss", "train"),
         (ax_loss, "test_loss", "test"),
