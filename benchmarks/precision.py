@@ -1,5 +1,5 @@
 """Mixed precision and sharded checkpoints: fp32 vs bf16 training steps, and checkpoint save/restore
-of an FSDP state per process, sharded (frost.train.checkpoint) against gather-everything.
+of an FSDP state per process, sharded (frost.checkpoint) against gather-everything.
 
     python benchmarks/precision.py                   # both parts, CPU
     python benchmarks/precision.py --quick           # smoke test: small models, 1 warm-up, 2 steps,
@@ -263,9 +263,8 @@ def child(args):
     from jax.experimental import multihost_utils
     from safetensors.numpy import load, save
 
-    from frost import atomic, optim, parallel
+    from frost import atomic, checkpoint, optim, parallel
     from frost.models import gpt
-    from frost.train import checkpoint
 
     if count > 1:
         parallel.initialize(f"127.0.0.1:{port}", count, index)

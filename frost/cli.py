@@ -39,6 +39,18 @@ def _build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def compilation_cache() -> str:
+    """Keep XLA's compiled programs on disk, so every command's second run (and every later one
+    with the same shapes: a restarted audit, a second agent) skips compiling: in $FROST_CACHE/jax
+    (default ~/.cache/frost/jax). Enabled here, once, for every command."""
+    import jax
+
+    path = os.path.join(os.environ.get("FROST_CACHE", os.path.expanduser("~/.cache/frost")), "jax")
+    jax.config.update("jax_compilation_cache_dir", path)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
+    return path
+
+
 HUGE_PAGES = "glibc.malloc.hugetlb=1"
 
 
@@ -77,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "run", None) is None:
         parser.print_help()
         return 0
+    compilation_cache()
     try:
         return args.run(args) or 0
     except FrostError as e:

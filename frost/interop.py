@@ -28,6 +28,7 @@ from safetensors.flax import load_file, save
 from frost import atomic
 from frost.config import UsageError
 from frost.models import gpt, resnet
+from frost.tree import names
 
 GPT2_LAYERS = {
     "ln1": "ln_1",
@@ -55,13 +56,7 @@ class WeightsError(UsageError):
 def _named_leaves(tree, rename) -> list:
     """[(peer name, transposed?, leaf)] for the leaves of `tree` in order; `rename(path, ndim)`
     names them from their dotted PyTree path ('blocks.0.qkv.weight')."""
-    return [
-        (
-            *rename(jax.tree_util.keystr(tree_path, simple=True, separator="."), len(leaf.shape)),
-            leaf,
-        )
-        for tree_path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]
-    ]
+    return [(*rename(name, len(leaf.shape)), leaf) for name, leaf in names(tree)]
 
 
 def _brief(keys, limit=8) -> str:

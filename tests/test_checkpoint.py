@@ -24,9 +24,8 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from frost import optim, parallel
+from frost import checkpoint, optim, parallel
 from frost.models import gpt, resnet
-from frost.train import checkpoint
 
 TIMEOUT = 240
 
@@ -154,7 +153,7 @@ def test_process_killed_mid_save_leaves_previous_checkpoint(tmp_path):
     script = textwrap.dedent(f"""
         import time, jax.numpy as jnp
         from frost import atomic
-        from frost.train import checkpoint
+        from frost import checkpoint
         checkpoint.save({str(tmp_path)!r}, 1, {{"x": jnp.ones(1000)}})
         atomic.fsync = lambda path: time.sleep(60)   # hang inside the second save
         checkpoint.save({str(tmp_path)!r}, 2, {{"x": jnp.zeros(1000)}})

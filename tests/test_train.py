@@ -11,10 +11,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from frost import data, optim
+from frost import checkpoint, data, optim
 from frost.cli import main as cli
 from frost.models import resnet
-from frost.train import checkpoint, loop, losses
+from frost.train import loop, losses
 
 
 @jax.jit  # one compile instead of one per eager init op

@@ -113,7 +113,5 @@ def add_commands(sub) -> None:
 def _audit(args):
     cfg = from_args(AuditConfig, args, "`frost audit`", optimizer=tuple(args.optimizer))
     from frost.audit.run import audit
-    from frost.train.job import enable_compilation_cache
 
-    enable_compilation_cache()  # a restarted (or repeated) audit skips compiling
     print(f"report: {audit(cfg)}")

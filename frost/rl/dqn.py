@@ -14,6 +14,7 @@ import jax.numpy as jnp
 
 from frost import nn, optim
 from frost.rl.anakin import AgentConfig, episode_metrics, mlp
+from frost.tree import where
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,8 +133,6 @@ def anakin(env, cfg: Config):
             r.model, r.target, {k: v[picks] for k, v in buffer.items()}, cfg
         )
         updates, opt_state = opt.update(grads, r.opt_state, r.model)
-        # where(c, a, b): tree a where c holds, else tree b (leaf by leaf)
-        where = lambda c, a, b: jax.tree.map(lambda x, y: jnp.where(c, x, y), a, b)  # noqa: E731
         learn = steps >= cfg.learning_starts
         model, opt_state = where(
             learn, (optim.apply_updates(r.model, updates), opt_state), (r.model, r.opt_state)

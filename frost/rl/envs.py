@@ -21,6 +21,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from frost.tree import where
+
 i32, f32 = jnp.int32, jnp.float32
 
 
@@ -36,7 +38,7 @@ class Env:
     def step(self, key, state, action):
         state, reward, terminated, truncated = self.transition(state, action)
         done = terminated | truncated
-        state = jax.tree.map(lambda fresh, old: jnp.where(done, fresh, old), self.init(key), state)
+        state = where(done, self.init(key), state)
         return (
             self.observe(state),
             state,

@@ -19,11 +19,9 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm import tqdm
 
-from frost import atomic
+from frost import atomic, checkpoint
 from frost.config import UsageError
 from frost.rl import actors, anakin, dqn, envs, ppo
-from frost.train import checkpoint
-from frost.train.job import enable_compilation_cache
 
 ALGOS = {"ppo": ppo, "dqn": dqn}  # each with its Config, anakin(env, cfg) and greedy(model)
 
@@ -90,7 +88,6 @@ class Recorder:
 
 def train(cfg) -> int:
     """Train, evaluate and save the run `cfg` (a frost.rl.cli.RunConfig) describes."""
-    enable_compilation_cache()  # a second run of the same agent skips compiling
     out, seeds = pathlib.Path(cfg.out), list(range(cfg.seed, cfg.seed + cfg.seeds))
     hp = presets(cfg.algo, cfg.env, cfg.steps)
     if cfg.mode == "sebulba" and hp.num_envs % (cfg.actors or 2):

@@ -48,7 +48,6 @@ def _train(args):
     from frost.train import image, job, lm
 
     parallel.initialize(args.coordinator, args.num_processes, args.process_id)
-    job.enable_compilation_cache()
     result = job.run(
         image.ImageJob() if isinstance(cfg, ImageConfig) else lm.LMJob(), cfg, resume=args.resume
     )

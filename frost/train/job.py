@@ -15,7 +15,6 @@ cfg.peak_lr), and where the defaults below do not fit, the other attributes and 
 
 import dataclasses
 import json
-import os
 import pathlib
 import shutil
 import time
@@ -57,18 +56,6 @@ class Job:
     def finish(self, cfg, run_dir, state, data) -> dict:
         """Extra entries of the result (e.g. a text sample)."""
         return {}
-
-
-def enable_compilation_cache(path: str | None = None) -> str:
-    """Keep XLA's compiled programs on disk, so a job's second run (and every later one with the
-    same shapes) skips compilation: in `path`, else $FROST_CACHE/jax (default
-    ~/.cache/frost/jax)."""
-    path = path or os.path.join(
-        os.environ.get("FROST_CACHE", os.path.expanduser("~/.cache/frost")), "jax"
-    )
-    jax.config.update("jax_compilation_cache_dir", path)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
-    return path
 
 
 def claim(cfg, resume: bool) -> pathlib.Path:

@@ -16,10 +16,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from frost import atomic, data, optim, text
+from frost import atomic, checkpoint, data, optim, text
 from frost.config import UsageError
 from frost.models import gpt
-from frost.train import checkpoint
 from frost.train.configs import LMConfig, SampleConfig
 from frost.train.job import Data, Job
 

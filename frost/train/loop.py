@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 from tqdm import tqdm
 
-from frost import nn, parallel
+from frost import checkpoint, nn, parallel
 from frost.config import FrostError
 from frost.nn import precision as mixed
 from frost.optim import (
@@ -39,9 +39,9 @@ from frost.optim import (
     global_norm,
     update_hessian,
 )
-from frost.train import checkpoint
 from frost.train import metrics as metrics_log
 from frost.train.losses import HESSIAN, classification_loss, eval_sums
+from frost.tree import where
 
 _fold_in = jax.jit(jax.random.fold_in)  # the step's key; jitted: 8 us a call, 64 us eagerly
 
@@ -114,14 +114,13 @@ def train_step(
         finite = jnp.isfinite(loss) & all_finite(new_model) & all_finite(new_opt_state)
         # dynamic_scaling handles overflowing grads
         finite = finite if scaled else finite & all_finite(grads)
-        keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(finite, a, b), new, old)  # noqa: E731
         metrics = dict(metrics, loss=loss, finite=finite, grad_norm=global_norm(grads) / scale)
         if scaled:
             metrics["overflow_skipped"] = find_states(new_opt_state, mixed.ScaledState)[
                 0
             ].scale.skipped
         metrics.update(_learning_rate(new_opt_state))
-        return keep(new_model, model), keep(new_opt_state, opt_state), metrics
+        return where(finite, new_model, model), where(finite, new_opt_state, opt_state), metrics
 
     return step
 

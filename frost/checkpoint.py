@@ -45,6 +45,7 @@ from safetensors.numpy import save as safetensors_bytes
 
 from frost import atomic
 from frost.config import FrostError
+from frost.tree import names
 
 FORMAT = "frost-checkpoint/2"
 
@@ -55,15 +56,6 @@ class CheckpointError(FrostError, ValueError):
 
 def _is_key(leaf) -> bool:
     return jnp.issubdtype(leaf.dtype, jax.dtypes.prng_key)
-
-
-def _names(tree) -> list:
-    """(entry name, leaf) pairs; the name is the leaf's PyTree path, e.g.
-    'model.blocks.0.conv1.weight'."""
-    return [
-        (jax.tree_util.keystr(path, simple=True, separator="."), leaf)
-        for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]
-    ]
 
 
 def _spec(leaf) -> tuple[str, tuple]:
@@ -123,6 +115,11 @@ def _shards(name: str, array, shape) -> list:
     ]
 
 
+def _file(process: int, count: int) -> str:
+    """The shard file that `process` writes, of `count` writing processes."""
+    return "arrays.safetensors" if count == 1 else f"arrays.{process}.safetensors"
+
+
 def _barrier(name: str, count: int) -> None:
     if count > 1:
         from jax.experimental import multihost_utils
@@ -170,27 +167,23 @@ def save(directory, step: int, tree, meta: dict | None = None, keep: int = 3) ->
     sharded = any(
         isinstance(x, jax.Array) and not x.is_fully_addressable for x in jax.tree.leaves(tree)
     )
-    me, count = (
-        jax.process_index(),
-        (jax.process_count() if sharded else 1),
-    )  # count: the writing processes
+    me = jax.process_index()
+    count = jax.process_count() if sharded else 1  # the processes that write
     final = directory / f"step_{step:08d}"
     if me >= count:
         return final
-    filename = (
-        (lambda p: "arrays.safetensors") if count == 1 else (lambda p: f"arrays.{p}.safetensors")
-    )
     entries, mine = {}, {}
-    for name, leaf in _names(tree):
+    for name, leaf in names(tree):
         dtype, shape = _spec(leaf)
         parts = _shards(name, jax.random.key_data(leaf) if _is_key(leaf) else leaf, shape)
-        shards = [
-            {"index": [list(b) for b in bounds], "file": filename(writer), "key": f"{name}#{k}"}
-            for k, (bounds, writer, _) in enumerate(parts)
-        ]
-        mine.update(
-            {s["key"]: _stored(data) for s, (_, writer, data) in zip(shards, parts) if writer == me}
-        )
+        shards = []
+        for k, (bounds, writer, data) in enumerate(parts):
+            key = f"{name}#{k}"
+            shards.append(
+                {"index": [list(b) for b in bounds], "file": _file(writer, count), "key": key}
+            )
+            if writer == me:
+                mine[key] = _stored(data)
         entries[name] = {
             "dtype": dtype,
             "shape": list(shape),
@@ -198,7 +191,7 @@ def save(directory, step: int, tree, meta: dict | None = None, keep: int = 3) ->
             "shards": shards,
         }
     with _staging(final, count) as tmp:
-        atomic.write(tmp / filename(me), safetensors_bytes(mine))
+        atomic.write(tmp / _file(me, count), safetensors_bytes(mine))
         digests = _gather_digests(tmp, {k: _sha256(v) for k, v in mine.items()}, count)
         if me == 0:
             for shard in (s for entry in entries.values() for s in entry["shards"]):
@@ -301,7 +294,9 @@ def _assemble(name: str, entry: dict, leaf, read: _Reader) -> jax.Array:
             hi = [min(b, d) for (_, b), (_, d) in zip(bounds, shard["index"])]
             if any(low >= high for low, high in zip(lo, hi)):
                 continue
-            data = cache[k] if k in cache else cache.setdefault(k, read(name, shard))
+            if k not in cache:
+                cache[k] = read(name, shard)
+            data = cache[k]
             target = tuple(slice(low - a, high - a) for low, high, (a, _) in zip(lo, hi, bounds))
             out[target] = data[
                 tuple(slice(low - c, high - c) for low, high, (c, _) in zip(lo, hi, shard["index"]))
@@ -324,7 +319,7 @@ def load(path, template, strict: bool = True):
     path = pathlib.Path(path)
     manifest = read_manifest(path)
     entries = manifest["entries"]
-    named = _names(template)
+    named = names(template)
     missing = sorted({k for k, _ in named} - set(entries))
     extra = sorted(set(entries) - {k for k, _ in named}) if strict else []
     if missing or extra:
