@@ -370,7 +370,7 @@ def policy_net():
 
 
 def test_sebulba_env_exception_reaches_the_learner():
-    with actors.Actors(FailingEnv, num_envs=2, steps=50, actors=1) as pool:
+    with actors.Actors(FailingEnv, ppo.act, num_envs=2, steps=50, actors=1) as pool:
         pool.submit(policy_net(), 0)
         with pytest.raises(WorkerError, match="actor 0 failed") as err:
             pool.collect()
@@ -383,7 +383,7 @@ def test_sebulba_env_exception_reaches_the_learner():
 
 def test_sebulba_killed_actor_is_raised_at_once():
     with actors.Actors(
-        functools.partial(gymnasium.make, "CartPole-v1"), num_envs=2, steps=20, actors=1
+        functools.partial(gymnasium.make, "CartPole-v1"), ppo.act, num_envs=2, steps=20, actors=1
     ) as pool:
         pool.submit(policy_net(), 0)
         pool.collect()  # the actor is up and acting

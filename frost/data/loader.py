@@ -38,30 +38,14 @@ operations release the GIL); the process backend is the default because it measu
 import collections
 import contextlib
 import itertools
-import multiprocessing as mp
-import os
-import pickle
-import queue
-import signal
-import threading
 import traceback
-import uuid
 import weakref
-from multiprocessing import connection, resource_tracker, shared_memory
 
 import numpy as np
 
-from frost.config import FrostError
 from frost.data.sampler import Sampler
 from frost.data.transforms import sample_rng
-
-
-class WorkerError(FrostError, RuntimeError):
-    """A data worker failed; `index` is the sample it was loading, `traceback` the worker's."""
-
-    def __init__(self, message, index=None, traceback=None):
-        super().__init__(message)
-        self.index, self.traceback = index, traceback
+from frost.data.workers import Layout, Processes, Threads, WorkerError, fields_of
 
 
 def load_sample(source, transform, seed, epoch, index):
@@ -70,48 +54,11 @@ def load_sample(source, transform, seed, epoch, index):
     return sample if transform is None else transform(sample, sample_rng(seed, epoch, int(index)))
 
 
-def _leaves(sample):
-    if isinstance(sample, dict):
-        return list(sample.values())
-    return list(sample) if isinstance(sample, (tuple, list)) else [sample]
-
-
-class _Layout:
-    """A batch's fields (rows, *sample shape) in dtype order, packed into one 64-byte aligned
-    buffer."""
-
-    def __init__(self, sample, rows):
-        self.keys = (
-            tuple(sample)
-            if isinstance(sample, dict)
-            else len(sample)
-            if isinstance(sample, (tuple, list))
-            else None
-        )
-        self.fields = [(np.shape(x), np.asarray(x).dtype) for x in _leaves(sample)]
-        self.rows, self.offsets, end = rows, [], 0
-        for shape, dtype in self.fields:
-            self.offsets.append(end)
-            end += -(-rows * int(np.prod(shape)) * dtype.itemsize // 64) * 64
-        self.nbytes = max(end, 64)
-
-    def views(self, buffer):
-        return [
-            np.ndarray((self.rows, *shape), dtype, buffer, offset)
-            for (shape, dtype), offset in zip(self.fields, self.offsets)
-        ]
-
-    def pack(self, leaves):
-        if self.keys is None:
-            return leaves[0]
-        return tuple(leaves) if isinstance(self.keys, int) else dict(zip(self.keys, leaves))
-
-
 def _fill(out, source, transform, seed, epoch, indices):
     """Load samples `indices` into the batch arrays `out`, row by row."""
     for row, index in enumerate(map(int, indices)):
         try:
-            leaves = _leaves(load_sample(source, transform, seed, epoch, index))
+            leaves = fields_of(load_sample(source, transform, seed, epoch, index))
             if len(leaves) != len(out):
                 raise ValueError(
                     f"the sample has {len(leaves)} fields, the first sample had {len(out)}"
@@ -145,184 +92,6 @@ def _serve(recv, send, slots, source, transform, seed):
             send((slot, None, None))
         except Exception as e:
             send((slot, getattr(e, "frost_index", None), traceback.format_exc()))
-
-
-def _worker_main(conn, first: bool):
-    """A worker process: attach the slots, run `serve(recv, send, slots, *args)` (`_serve` for the
-    loader; frost.rl.actors runs its actors so) until told to stop (None) or until the main process
-    is gone; then the first worker frees the shared memory it can no longer free."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the main process to handle
-    # The main process registered the segments with the resource tracker; attaching must not
-    # register them again (Python 3.11 does, bpo-39959), or the tracker would report them leaked.
-    tracker = resource_tracker.unregister
-    resource_tracker.register = resource_tracker.unregister = lambda name, rtype: None
-    try:
-        serve, args, layout, names = pickle.loads(conn.recv_bytes())
-        segments = [shared_memory.SharedMemory(name) for name in names]
-    except (
-        EOFError,
-        OSError,
-    ):  # the main process died, and its memory went, before this worker started
-        return
-    try:
-        serve(conn.recv, conn.send, [layout.views(s.buf) for s in segments], *args)
-    except (EOFError, OSError):  # a closed, broken or reset pipe: the main process is gone
-        if first:  # free the memory, and withdraw the main process's registration once
-            for s in segments:
-                with contextlib.suppress(OSError):
-                    s.unlink()
-                tracker(s._name, "shared_memory")
-    finally:
-        for s in segments:
-            with contextlib.suppress(BufferError):
-                s.close()
-
-
-class _Processes:
-    """Spawned worker processes, one pipe each, each running `serve(recv, send, slots, *args)`;
-    the slots live in shared memory; `role` names a worker in errors."""
-
-    def __init__(self, count, serve, args, layout, slots, timeout, role="data worker"):
-        self.timeout, self.role = timeout, role
-        tag = f"frost_{os.getpid()}_{uuid.uuid4().hex[:8]}"
-        self.segments, self.procs, self.conns = [], [], []
-        try:
-            for i in range(slots):
-                self.segments.append(
-                    shared_memory.SharedMemory(f"{tag}_{i}", create=True, size=layout.nbytes)
-                )
-            self.slots = [layout.views(s.buf) for s in self.segments]
-            # The source travels on our pipe, not in Process args: a child that dies before reading
-            # its args would block Process.start() forever, but a dead pipe end fails our send.
-            try:
-                payload = pickle.dumps((serve, args, layout, [s.name for s in self.segments]))
-            except Exception as e:
-                e.add_note(
-                    "frost.data: the process backend pickles the source and transform for its "
-                    "workers; define them at module level (no lambdas or local classes), or use "
-                    "backend='thread'"
-                )
-                raise
-            ctx = mp.get_context("spawn")
-            for w in range(count):
-                here, there = ctx.Pipe()
-                proc = ctx.Process(
-                    target=_worker_main, args=(there, w == 0), name=f"frost-data-{w}", daemon=True
-                )
-                proc.start()
-                there.close()
-                self.procs.append(proc)
-                self.conns.append(here)
-            for w in range(count):
-                self.submit(w, payload, raw=True)
-        except BaseException:
-            self.close()
-            raise
-
-    def submit(self, worker, task, raw=False):
-        try:
-            self.conns[worker].send_bytes(task) if raw else self.conns[worker].send(task)
-        except OSError:
-            raise self._died(worker) from None
-
-    def wait(self):
-        """[(worker, answer)] for the answers ready now (blocking until one is); raises if a worker
-        died."""
-        ready = connection.wait(self.conns + [p.sentinel for p in self.procs], timeout=self.timeout)
-        if not ready:
-            raise _silent(self.timeout, [p.pid for p in self.procs])
-        answers = []
-        for w, conn in enumerate(self.conns):
-            if conn in ready:
-                # a dead worker's pipe: its sentinel tells
-                with contextlib.suppress(EOFError, OSError):
-                    answers.append((w, conn.recv()))
-        if answers:
-            return answers
-        raise self._died(
-            next(
-                w for w, p in enumerate(self.procs) if p.sentinel in ready or self.conns[w] in ready
-            )
-        )
-
-    def _died(self, w):
-        proc = self.procs[w]
-        proc.join(timeout=1)
-        code = proc.exitcode
-        how = (
-            f"was killed by {signal.Signals(-code).name}"
-            if code is not None and code < 0
-            else f"exited (code {code})"
-        )
-        return WorkerError(
-            f"{self.role} {w} (pid {proc.pid}) {how} while it was running (its own error, if "
-            f"any, is printed above). If the out-of-memory killer did it, use fewer workers or "
-            f"smaller batches."
-        )
-
-    def close(self):
-        for conn in self.conns:
-            with contextlib.suppress(OSError):
-                conn.send(None)
-        # a worker finishes its current batch, then reads the None
-        for proc, conn in zip(self.procs, self.conns):
-            proc.join(timeout=1)
-            if proc.is_alive():
-                proc.kill()
-                proc.join()
-            conn.close()
-        self.slots = None
-        for s in self.segments:
-            s.unlink()
-            with contextlib.suppress(BufferError):
-                s.close()
-        self.segments, self.procs, self.conns = [], [], []
-
-
-def _silent(timeout, workers) -> WorkerError:
-    return WorkerError(
-        f"no data worker ({', '.join(map(str, workers))}) answered for {timeout:g} s: one is "
-        "stopped (SIGSTOP, a debugger) or stuck; if a batch really takes that long, raise "
-        "Loader(timeout=...)"
-    )
-
-
-class _Threads:
-    """The same worker loop in threads; the slots are ordinary arrays."""
-
-    def __init__(self, count, serve, args, layout, slots, timeout):
-        self.timeout = timeout
-        self.slots = [layout.views(np.empty(layout.nbytes, np.uint8)) for _ in range(slots)]
-        self.tasks = [queue.SimpleQueue() for _ in range(count)]
-        self.answers = queue.SimpleQueue()
-        self.threads = [
-            threading.Thread(
-                target=serve,
-                daemon=True,
-                name=f"frost-data-{w}",
-                args=(q.get, lambda a, w=w: self.answers.put((w, a)), self.slots, *args),
-            )
-            for w, q in enumerate(self.tasks)
-        ]
-        for t in self.threads:
-            t.start()
-
-    def submit(self, worker, task):
-        self.tasks[worker].put(task)
-
-    def wait(self):
-        """[(worker, answer)] for the next answer (the loader calls again until it has the batch it
-        wants)."""
-        try:
-            return [self.answers.get(timeout=self.timeout)]
-        except queue.Empty:
-            raise _silent(self.timeout, [t.name for t in self.threads]) from None
-
-    def close(self):
-        for q in self.tasks:
-            q.put(None)
-        for t in self.threads:
-            t.join()
 
 
 class Loader(contextlib.AbstractContextManager):
@@ -442,7 +211,7 @@ class Loader(contextlib.AbstractContextManager):
         pos, rows = (self.epoch, self.batch), len(self.sampler.batch(self.epoch, self.batch))
         if self._layout is None:  # the first sample tells the batch's fields, shapes and dtypes
             sample = load_sample(self.source, self.transform, self.seed, 0, 0)
-            self._layout = _Layout(sample, self.sampler.batch_size // self.sampler.process_count)
+            self._layout = Layout(sample, self.sampler.batch_size // self.sampler.process_count)
         if self.workers == 0:
             out = [np.empty((rows, *shape), dtype) for shape, dtype in self._layout.fields]
             _fill(out, self.source, self.transform, self.seed, self.epoch, self.sampler.batch(*pos))
@@ -475,7 +244,7 @@ class Loader(contextlib.AbstractContextManager):
 
     def _start(self):
         """Start the workers and hand each slot a task."""
-        pool = _Processes if self.backend == "process" else _Threads
+        pool = Processes if self.backend == "process" else Threads
         self._pool = pool(
             self.workers,
             _serve,

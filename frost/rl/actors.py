@@ -2,16 +2,16 @@
 host environments (gymnasium's, or any object with gymnasium's `reset(seed=)` / `step(action)`)
 stepped by actor processes that feed a jitted learner.
 
-    with Actors(functools.partial(gymnasium.make, "CartPole-v1"), num_envs=8, steps=128, actors=2)
-    as pool:
+    make_env = functools.partial(gymnasium.make, "CartPole-v1")
+    with Actors(make_env, ppo.act, num_envs=8, steps=128, actors=2) as pool:
         pool.submit(policy_net, version=0)    # each actor acts one rollout with these parameters
         rollout, versions = pool.collect()    # (T, B) arrays of all actors' envs, in actor order
 
 How it works
-- frost.data's worker machinery (frost/data/loader.py: spawned processes, shared-memory slots,
-  small messages on pipes, process sentinels) runs `_act` in each actor process. Of the B envs,
-  actor w steps envs w*b .. (w+1)*b - 1 (b = B / actors); it owns `depth` slots, each one
-  rollout of shared memory.
+- frost.data.workers' process pool (spawned processes, shared-memory slots, small messages on
+  pipes, process sentinels; the loader's data workers run on it too) runs `_act` in each actor
+  process. Of the B envs, actor w steps envs w*b .. (w+1)*b - 1 (b = B / actors); it owns
+  `depth` slots, each one rollout of shared memory.
 - `submit` sends each actor a task (slot, rollout index, version, parameters). The actor acts T
   steps, its policy inference batched over its envs on the host CPU, writes the rollout into the
   slot and answers (slot, version, traceback). Only `depth` tasks per actor are in flight: the
@@ -31,7 +31,7 @@ import traceback
 
 import numpy as np
 
-from frost.data.loader import WorkerError, _Layout, _Processes
+from frost.data.workers import Layout, Processes, WorkerError
 
 # A rollout's fields: obs (T + 1, B, *obs_shape) float32, then these (T, B) arrays and their dtypes.
 DTYPES = {
@@ -54,7 +54,7 @@ def rollout_arrays(obs, steps: int, envs: int) -> dict:
 
 
 def _act(recv, send, slots, blob):
-    """An actor process's loop (run by frost.data.loader._worker_main)."""
+    """An actor process's loop (run by frost.data.workers' process pool)."""
     os.environ["JAX_PLATFORMS"] = "cpu"  # actors infer on the host; an accelerator is the learner's
     import jax
 
@@ -114,11 +114,13 @@ def _act(recv, send, slots, blob):
 
 class Actors:
     """`actors` processes stepping `num_envs` host envs `make_env()` (a picklable callable) in all,
-    acting with frost.rl.ppo.act(policy_net, obs (b, ...), keys (b,)) -> (action, logp)."""
+    acting with `act(policy_net, obs (b, ...), keys (b,)) -> (action (b,), logp (b,))`, a
+    module-level function (pickled by name; frost.rl.ppo.act for PPO)."""
 
     def __init__(
         self,
         make_env,
+        act,
         num_envs: int,
         steps: int,
         actors: int = 2,
@@ -128,8 +130,6 @@ class Actors:
     ):
         if actors < 1 or num_envs % actors:
             raise ValueError(f"num_envs {num_envs} must be a positive multiple of actors {actors}")
-        from frost.rl.ppo import act  # pickled (by name) for the actors
-
         probe = make_env()
         obs = np.asarray(probe.reset(seed=seed)[0])
         self.observation_shape, self.num_actions = obs.shape, int(probe.action_space.n)
@@ -144,9 +144,9 @@ class Actors:
                 "function or functools.partial, not a lambda"
             )
             raise
-        self.layout = _Layout(rollout_arrays(obs, steps, num_envs // actors), 1)
+        self.layout = Layout(rollout_arrays(obs, steps, num_envs // actors), 1)
         self.actors, self.depth, self.deterministic = actors, depth, deterministic
-        self.pool = _Processes(
+        self.pool = Processes(
             actors, _act, (blob,), self.layout, actors * depth, None, role="actor"
         )
         self.free = [collections.deque(range(w * depth, (w + 1) * depth)) for w in range(actors)]

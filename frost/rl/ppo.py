@@ -21,6 +21,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from frost import nn, optim
+from frost.rl.actors import Actors
 from frost.rl.anakin import AgentConfig, episode_metrics, jit, mlp
 
 
@@ -222,11 +223,9 @@ def sebulba(
     depend on neither timing nor the actor count. Otherwise each update takes the first rollouts
     to arrive. `on_update(u, metrics)` after each update; the policy lag is in the metrics.
     Returns the trained ActorCritic."""
-    from frost.rl.actors import Actors
-
     opt, step = optimizer(cfg), _learner(cfg)
     key, last = jax.random.key(seed), 0.0
-    with Actors(make_env, cfg.num_envs, cfg.num_steps, actors, seed, deterministic) as pool:
+    with Actors(make_env, act, cfg.num_envs, cfg.num_steps, actors, seed, deterministic) as pool:
 
         def fresh(key):  # jitted: built op by op, eagerly, the model takes seconds of compiling
             model = ActorCritic(pool.observation_shape, pool.num_actions, cfg.hidden, key=key)
