@@ -142,18 +142,38 @@ def add_options(parser: argparse.ArgumentParser, classes, labels=None) -> None:
             else {"type": kind, "choices": choices, "metavar": None if choices else name.upper()}
         )
         parser.add_argument(flag(name), default=None, help=help, **how)
-    parser.set_defaults(_config_options=tuple(seen))
+    before = parser.get_default("_config_options") or ()
+    parser.set_defaults(_config_options=before + tuple(seen))
 
 
-def from_args(cls, args: argparse.Namespace, command: str = "this command", **fixed):
+def from_args(cls, args: argparse.Namespace, command: str = "this command", also=(), **fixed):
     """Build `cls` from the options given on the command line (plus `fixed` values). An option
-    given that `cls` has no field for is refused, never ignored."""
+    given that neither `cls` nor a class in `also` (the command's other configs, built by their
+    own `from_args`) has a field for is refused, never ignored."""
     given = {
         k: getattr(args, k)
         for k in getattr(args, "_config_options", ())
         if getattr(args, k) is not None
     }
-    stray = sorted(set(given) - {f.name for f in dataclasses.fields(cls)})
+    mine = {f.name for f in dataclasses.fields(cls)}
+    others = {f.name for other in also for f in dataclasses.fields(other)}
+    stray = sorted(set(given) - mine - others)
     if stray:
         raise UsageError(f"{', '.join(flag(s) for s in stray)}: not an option of {command}")
-    return cls(**{**given, **fixed})
+    return cls(**{k: v for k, v in given.items() if k in mine}, **fixed)
+
+
+@dataclasses.dataclass(frozen=True)
+class Launch(Checked):
+    """The multi-process start-up options of every command that can span processes (each
+    defaults to its environment variable; see frost.parallel.initialize)."""
+
+    coordinator: str | None = option(
+        None, "HOST:PORT of process 0, for multi-process runs (or FROST_COORDINATOR)"
+    )
+    num_processes: int | None = option(
+        None, "number of processes (or FROST_NUM_PROCESSES)", optional(whole(1))
+    )
+    process_id: int | None = option(
+        None, "this process's index (or FROST_PROCESS_ID)", optional(whole(0))
+    )

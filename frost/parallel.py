@@ -13,6 +13,7 @@ multi-process runtime; each process feeds its share of the global batch
 (`global_batch`), which the sampler's per-process shard provides.
 """
 
+import json
 import os
 
 import jax
@@ -20,7 +21,10 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from frost.config import UsageError
+from frost.config import FrostError, UsageError
+
+HEARTBEAT_S = 10  # seconds without a heartbeat before the runtime declares a process dead
+MESSAGE_BYTES = 8192  # the most `on_first` broadcasts
 
 
 def make_mesh(data: int | None = None, model: int = 1, devices=None) -> Mesh:
@@ -152,4 +156,31 @@ def initialize(
         )
     if jax.config.jax_platforms in (None, "", "cpu") or os.environ.get("JAX_PLATFORMS") == "cpu":
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    jax.distributed.initialize(coordinator, num_processes, process_id)
+    # a process that dies is noticed by the others within seconds, not JAX's default 100 s
+    jax.distributed.initialize(
+        coordinator, num_processes, process_id, heartbeat_timeout_seconds=HEARTBEAT_S
+    )
+
+
+def on_first(fn):
+    """`fn()` run by process 0 alone, its result (a JSON value) given to every process; a
+    FrostError it raises (a refused run directory) is raised in every process with the same
+    message, so no process waits on one that gave up. One process: just `fn()`."""
+    if jax.process_count() == 1:
+        return fn()
+    from jax.experimental import multihost_utils
+
+    answer = None
+    if jax.process_index() == 0:
+        try:
+            answer = {"value": fn()}
+        except FrostError as e:
+            answer = {"error": str(e), "usage": isinstance(e, UsageError)}
+    text = json.dumps(answer).encode()[:MESSAGE_BYTES]
+    sent = np.zeros(MESSAGE_BYTES, np.uint8)
+    sent[: len(text)] = np.frombuffer(text, np.uint8)
+    got = np.asarray(multihost_utils.broadcast_one_to_all(sent)).tobytes().rstrip(b"\0")
+    answer = json.loads(got)
+    if "error" in answer:
+        raise (UsageError if answer["usage"] else FrostError)(answer["error"])
+    return answer["value"]

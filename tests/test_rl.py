@@ -23,6 +23,7 @@ from frost.data import WorkerError
 from frost.rl import actors, anakin, dqn, envs, ppo
 from frost.rl.cli import add_commands
 from frost.rl.run import presets
+from frost.rl.spec import JNP_ENVS, EnvSpec
 
 
 def frost_rl(*argv):
@@ -295,7 +296,9 @@ def test_cli_usage_errors(tmp_path, argv, message):
 def test_cli_refuses_another_runs_folder(tmp_path):
     (tmp_path / "old").mkdir()
     (tmp_path / "old" / "results.json").write_text("{}")
-    with pytest.raises(UsageError, match="holds another run"):
+    with pytest.raises(
+        UsageError, match="already holds files from another run; choose a new or empty --out"
+    ):
         frost_rl("ppo", "--out", str(tmp_path / "old"))
     with pytest.raises(UsageError, match="no checkpoint"):
         frost_rl("eval", str(tmp_path / "old"))
@@ -339,7 +342,7 @@ def test_sebulba_trains_and_is_deterministic_across_actor_counts(tmp_path, capsy
     one = []
     ppo.sebulba(
         functools.partial(gymnasium.make, "CartPole-v1"),
-        presets("ppo", "gym:CartPole-v1", 12288),
+        presets("ppo", EnvSpec.parse("gym:CartPole-v1"), 12288),
         seed=0,
         actors=1,
         deterministic=True,
@@ -426,3 +429,13 @@ def test_anakin_shards_seeds_over_devices():
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["2", "P('data',)", "[6,", "6,", "6,", "6]"]
+
+
+def test_env_spec_is_parsed_once_and_names_what_is_allowed():
+    assert tuple(envs.ENVS) == JNP_ENVS
+    gym = EnvSpec.parse("gym:CartPole-v1")
+    assert gym.host and gym.preset == "gym" and gym.signature() == ((4,), 2)
+    assert EnvSpec.parse("catch").signature() == (tuple(envs.make("catch").observation_shape), 3)
+    for bad in ("pong", "gym:"):
+        with pytest.raises(UsageError, match=f"--env {bad}: choose cartpole, catch, breakout"):
+            EnvSpec.parse(bad)

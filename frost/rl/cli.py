@@ -12,16 +12,14 @@ import dataclasses
 import pathlib
 
 from frost.config import Checked, UsageError, add_options, from_args, needs, option, optional, whole
-
-JNP_ENVS = ("cartpole", "catch", "breakout")
+from frost.rl.spec import JNP_ENVS, EnvSpec
 
 
 def _env(name):
-    return (
-        None
-        if name in JNP_ENVS or name.startswith("gym:")
-        else f"choose {', '.join(JNP_ENVS)} or gym:ID"
-    )
+    try:
+        EnvSpec.parse(name)
+    except UsageError:
+        return f"choose {', '.join(JNP_ENVS)} or gym:ID"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,7 +48,7 @@ class RunConfig(Checked):
     out: str | None = option(None, "run directory, new or empty (default runs/rl-ALGO-ENV)")
 
     def check(self):
-        host = self.env.startswith("gym:")
+        host = EnvSpec.parse(self.env).host
         mode = self.mode or ("sebulba" if host else "anakin")
         object.__setattr__(self, "mode", mode)
         if mode == "anakin" and host:
@@ -86,12 +84,9 @@ class RunConfig(Checked):
                 raise UsageError(
                     f"--env {self.env}: PPO here needs discrete actions, not {probe.action_space}"
                 )
-        out = pathlib.Path(self.out or f"runs/rl-{self.algo}-{self.env.replace(':', '-')}")
-        if out.exists() and (not out.is_dir() or any(out.iterdir())):
-            raise UsageError(
-                f"--out {out}: holds another run (or is a file); choose a new or empty folder"
-            )
-        object.__setattr__(self, "out", str(out))
+        # the run directory is claimed by frost.train.job.claim, as frost train's is
+        out = self.out or f"runs/rl-{self.algo}-{self.env.replace(':', '-')}"
+        object.__setattr__(self, "out", out)
 
 
 def _train(args):

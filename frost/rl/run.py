@@ -21,12 +21,15 @@ from tqdm import tqdm
 
 from frost import atomic, checkpoint
 from frost.config import UsageError
-from frost.rl import actors, anakin, dqn, envs, ppo
+from frost.rl import actors, anakin, dqn, ppo
+from frost.rl.spec import EnvSpec
+from frost.train import metrics
+from frost.train.job import claim
 
 ALGOS = {"ppo": ppo, "dqn": dqn}  # each with its Config, anakin(env, cfg) and greedy(model)
 
 
-def presets(algo: str, env: str, steps: int | None = None):
+def presets(algo: str, env: EnvSpec, steps: int | None = None):
     """The hyper-parameters of `algo` on `env` (CleanRL's for PPO on CartPole), `steps` per seed."""
     table = {
         ("ppo", "cartpole"): ppo.Config(),
@@ -46,22 +49,22 @@ def presets(algo: str, env: str, steps: int | None = None):
             hidden=128,
         ),
     }
-    hp = table[(algo, "gym" if env.startswith("gym:") else env)]
+    hp = table[(algo, env.preset)]
     return dataclasses.replace(hp, total_steps=steps) if steps else hp
 
 
-class Recorder:
-    """Progress bar and metrics.jsonl (rewritten whole, atomically, at each report)."""
+class Recorder(metrics.Log):
+    """Progress bar and metrics.jsonl (frost.train.metrics.Log: one line appended per seed per
+    report); the records are kept for returns.png."""
 
     def __init__(self, out: pathlib.Path, total: int, label: str):
-        self.out, self.records, self.at, self.t0 = (
-            out,
-            [],
-            {},
-            time.perf_counter(),
-        )  # at: {seed: its last step}
+        super().__init__(out, step=0)
+        self.records = []
+        self.at = {}  # {seed: its last step}
+        self.t0 = time.perf_counter()
         # all seeds' steps
         self.bar = tqdm(total=total, desc=label, unit="step", unit_scale=True, dynamic_ncols=True)
+        self.callback(self.bar.close)
 
     def report(self, seeds, step: int, metrics: dict):
         """`seeds` are at env step `step`; `metrics` holds one value per seed."""
@@ -69,17 +72,10 @@ class Recorder:
         steps_done = sum(self.at.values())
         rate = steps_done / (time.perf_counter() - self.t0)
         for i, seed in enumerate(seeds):
-            self.records.append(
-                {
-                    "seed": seed,
-                    "step": step,
-                    "steps_per_s": rate,
-                    **{k: float(v[i]) for k, v in metrics.items()},
-                }
-            )
-        atomic.write(
-            self.out / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in self.records)
-        )
+            record = {"seed": seed, "step": step, "steps_per_s": rate}
+            record.update({k: float(v[i]) for k, v in metrics.items()})
+            self.records.append(record)
+            self.write(record)
         self.bar.update(steps_done - self.bar.n)
         self.bar.set_postfix(
             ret=f"{sum(float(x) for x in metrics['return']) / len(seeds):.1f}", per_s=f"{rate:.0f}"
@@ -89,15 +85,16 @@ class Recorder:
 def train(cfg) -> int:
     """Train, evaluate and save the run `cfg` (a frost.rl.cli.RunConfig) describes."""
     out, seeds = pathlib.Path(cfg.out), list(range(cfg.seed, cfg.seed + cfg.seeds))
-    hp = presets(cfg.algo, cfg.env, cfg.steps)
+    env = EnvSpec.parse(cfg.env)
+    hp = presets(cfg.algo, env, cfg.steps)
     if cfg.mode == "sebulba" and hp.num_envs % (cfg.actors or 2):
         raise UsageError(f"--actors {cfg.actors}: must divide the {hp.num_envs} environments")
-    out.mkdir(parents=True, exist_ok=True)
+    claim(out, cfg)
     per_update = hp.num_envs * hp.num_steps
     # its clock starts now
     rec = Recorder(out, hp.updates * per_update * len(seeds), f"{cfg.algo} {cfg.env}")
     if cfg.mode == "anakin":
-        init, iteration = ALGOS[cfg.algo].anakin(envs.make(cfg.env), hp)
+        init, iteration = ALGOS[cfg.algo].anakin(env.make(), hp)
 
         def on_chunk(runner, metrics, done):  # metrics (seeds, chunk): report the chunk's last
             rec.report(
@@ -112,7 +109,7 @@ def train(cfg) -> int:
             s0 = time.perf_counter()
             trained.append(
                 ppo.sebulba(
-                    _make_env(cfg.env),
+                    env.make(),
                     hp,
                     seed,
                     cfg.actors or 2,
@@ -124,8 +121,8 @@ def train(cfg) -> int:
             )
             seconds.append(time.perf_counter() - s0)
         models = jax.tree.map(lambda *x: jnp.stack(x), *trained)
-    rec.bar.close()
-    final = evaluate(cfg.algo, cfg.env, models, seeds)
+    rec.close()
+    final = evaluate(cfg.algo, env, models, seeds)
     meta = {"algo": cfg.algo, "env": cfg.env, "seeds": seeds, "hidden": hp.hidden}
     checkpoint.save(out / "checkpoint", hp.updates * per_update, {"model": models}, meta=meta)
     results = {
@@ -145,32 +142,22 @@ def train(cfg) -> int:
     return 0
 
 
-def _make_env(name: str):
-    import gymnasium
-
-    return functools.partial(gymnasium.make, name[4:])
-
-
-def _network(algo: str, env: str, hidden: int):
+def _network(algo: str, env: EnvSpec, hidden: int):
     """The network builder (key) -> model of `algo` on `env` (a template for loading a
     checkpoint)."""
-    if env.startswith("gym:"):
-        probe = _make_env(env)()
-        shape, actions = probe.observation_space.shape, int(probe.action_space.n)
-    else:
-        shape, actions = envs.make(env).observation_shape, envs.make(env).num_actions
+    shape, actions = env.signature()
     build = ppo.ActorCritic if algo == "ppo" else dqn.q_network
     return lambda key: build(shape, actions, hidden, key=key)
 
 
-def evaluate(algo: str, env: str, models, seeds):
+def evaluate(algo: str, env: EnvSpec, models, seeds):
     """Mean greedy return over 100 episodes of each seed's policy in `models` (stacked by seed)."""
     # host envs: (model, obs (N, ...)) -> actions, one model of `models` at a time
-    if env.startswith("gym:"):
+    if env.host:
         policy = anakin.jit(lambda model, obs: ALGOS[algo].greedy(model)(obs))
         return [
             actors.evaluate(
-                _make_env(env),
+                env.make(),
                 functools.partial(policy, jax.tree.map(lambda x, i=i: x[i], models)),
                 seed=s,
             )
@@ -183,10 +170,10 @@ def evaluate(algo: str, env: str, models, seeds):
 
 
 @functools.lru_cache
-def _evaluator(algo: str, env: str):
+def _evaluator(algo: str, env: EnvSpec):
     """(models, keys) -> the mean greedy return on jnp env `env` of each seed's model (compiled
     once)."""
-    e, greedy = envs.make(env), ALGOS[algo].greedy
+    e, greedy = env.make(), ALGOS[algo].greedy
     return anakin.jit(jax.vmap(lambda m, k: anakin.evaluate(e, greedy(m), k)))
 
 
@@ -213,14 +200,13 @@ def evaluate_run(run_dir) -> int:
             f"{run_dir}: checkpoint/ holds no complete checkpoint (was the run interrupted?)"
         )
     meta = checkpoint.read_manifest(path)["meta"]
-    build = _network(meta["algo"], meta["env"], meta["hidden"])
+    env = EnvSpec.parse(meta["env"])
+    build = _network(meta["algo"], env, meta["hidden"])
     template = jax.eval_shape(
         jax.vmap(build), jax.random.split(jax.random.key(0), len(meta["seeds"]))
     )
     tree, _ = checkpoint.load(path, {"model": template})
-    for seed, ret in zip(
-        meta["seeds"], evaluate(meta["algo"], meta["env"], tree["model"], meta["seeds"])
-    ):
+    for seed, ret in zip(meta["seeds"], evaluate(meta["algo"], env, tree["model"], meta["seeds"])):
         print(
             f"seed {seed}: mean return {float(ret):.1f} over 100 episodes ({meta['algo']}, "
             f"{meta['env']})"

@@ -5,7 +5,7 @@ so the help, the README and the jobs share one list; an option that does not app
 chosen model (`--vocab-size` for a ResNet) is refused.
 """
 
-from frost.config import add_options, from_args
+from frost.config import Launch, add_options, from_args
 from frost.train.configs import JOBS, ImageConfig, LMConfig, SampleConfig
 
 
@@ -18,15 +18,7 @@ def add_commands(sub) -> None:
     )
     p.add_argument("model", choices=tuple(JOBS))
     add_options(p, [ImageConfig, LMConfig], labels=["resnets", "gpt"])
-    p.add_argument(
-        "--resume", action="store_true", help="continue the run in --out from its latest checkpoint"
-    )
-    p.add_argument(
-        "--coordinator",
-        help="HOST:PORT of process 0, for multi-process training (or FROST_COORDINATOR)",
-    )
-    p.add_argument("--num-processes", type=int, help="number of processes (or FROST_NUM_PROCESSES)")
-    p.add_argument("--process-id", type=int, help="this process's index (or FROST_PROCESS_ID)")
+    add_options(p, [Launch])
     p.set_defaults(run=_train)
 
     p = sub.add_parser(
@@ -43,14 +35,14 @@ def add_commands(sub) -> None:
 
 
 def _train(args):
-    cfg = from_args(JOBS[args.model], args, f"`frost train {args.model}`", model=args.model)
+    command = f"`frost train {args.model}`"
+    cfg = from_args(JOBS[args.model], args, command, also=[Launch], model=args.model)
+    launch = from_args(Launch, args, command, also=[JOBS[args.model]])
     from frost import parallel
     from frost.train import image, job, lm
 
-    parallel.initialize(args.coordinator, args.num_processes, args.process_id)
-    result = job.run(
-        image.ImageJob() if isinstance(cfg, ImageConfig) else lm.LMJob(), cfg, resume=args.resume
-    )
+    parallel.initialize(launch.coordinator, launch.num_processes, launch.process_id)
+    result = job.run(image.ImageJob() if isinstance(cfg, ImageConfig) else lm.LMJob(), cfg)
     after = f"after {result['steps']} steps in {result['seconds'] / 60:.1f} min"
     if "test_accuracy" in result:
         print(f"test accuracy {100 * result['test_accuracy']:.2f}% {after}; run dir {cfg.run_dir}")

@@ -56,6 +56,7 @@ class Config(Checked):
     seed: int = option(0, "random seed (initialisation, data order, augmentation)", whole(0))
     workers: int = option(2, "data-loading worker processes; 0 loads in the main process", whole(0))
     out: str | None = option(None, "run directory (default runs/MODEL)")
+    resume: bool = option(False, "continue the run in --out from its latest checkpoint")
     max_steps: int | None = option(
         None, "stop after N steps (the schedule still spans all epochs)", optional(whole(1))
     )

@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 
 import jax
 
-from frost import atomic, optim
+from frost import atomic, optim, parallel
 from frost import data as fdata
 from frost.config import UsageError, flag
 from frost.nn import precision
@@ -31,7 +31,7 @@ from frost.optim.registry import OPTIMIZERS, build, resolve
 from frost.train import loop
 
 # Options that may change when a run is resumed: they steer the run, not its numbers.
-RESUMABLE = {"workers", "max_steps", "on_nonfinite", "max_skips", "out", "log"}
+RESUMABLE = {"workers", "max_steps", "on_nonfinite", "max_skips", "out", "log", "resume"}
 
 
 class Data(NamedTuple):
@@ -58,10 +58,16 @@ class Job:
         return {}
 
 
-def claim(cfg, resume: bool) -> pathlib.Path:
-    """The run directory, checked before any work: empty (or absent) for a new run; for --resume,
-    a run of the same configuration. Writes config.json."""
-    run_dir = pathlib.Path(cfg.run_dir)
+def claim(run_dir, cfg, resume: bool | None = None) -> pathlib.Path:
+    """The run directory of `cfg` (a config dataclass), checked before any work: empty (or
+    absent) for a new run; for --resume, a run of the same configuration; `resume=None` for a
+    command without --resume. Writes config.json.
+    Process 0 claims it and the others take its answer (frost.parallel.on_first): processes
+    sharing --out never race, and a refusal is the same one line in every process."""
+    return pathlib.Path(parallel.on_first(lambda: str(_claim(pathlib.Path(run_dir), cfg, resume))))
+
+
+def _claim(run_dir: pathlib.Path, cfg, resume: bool | None) -> pathlib.Path:
     saved = run_dir / "config.json"
     mine = dataclasses.asdict(cfg)
     if resume:
@@ -85,11 +91,11 @@ def claim(cfg, resume: bool) -> pathlib.Path:
                 f"--resume: {run_dir} was made with other settings ({changed}); resume with the "
                 "same options, or choose another --out"
             )
-    elif run_dir.exists() and any(run_dir.iterdir()):
-        raise UsageError(
-            f"--out {run_dir}: already holds files from another run; pass --resume to continue "
-            "it, or choose another --out"
-        )
+    if run_dir.exists() and not run_dir.is_dir():
+        raise UsageError(f"--out {run_dir}: is a file, not a folder; choose a new or empty folder")
+    if not resume and run_dir.exists() and any(run_dir.iterdir()):
+        how = "choose a new or empty --out" if resume is None else "pass --resume to continue it"
+        raise UsageError(f"--out {run_dir}: already holds files from another run; {how}")
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic.write(saved, json.dumps(mine, indent=1))
     return run_dir
@@ -105,11 +111,12 @@ def make_optimizer(job, cfg, steps: int):
     return precision.dynamic_scaling(opt) if cfg.precision == "fp16" else opt
 
 
-def run(job, cfg, resume: bool = False, progress: bool = True) -> dict:
+def run(job, cfg, progress: bool = True) -> dict:
     """Train `cfg` with `job`; return the final evaluation and timing (also in result.json). A
     new run directory is removed again if the set-up fails, so fixing the flags and rerunning
     works."""
-    run_dir = claim(cfg, resume)
+    resume = cfg.resume
+    run_dir = claim(cfg.run_dir, cfg, resume)
     try:
         d, state, step, place = _setup(job, cfg, run_dir, resume, progress)
     except BaseException:
