@@ -35,11 +35,11 @@ class UsageError(FrostError, ValueError):
     """A user's mistake, with a message that names the value and says what is allowed (exit 2)."""
 
 
-def option(default, help: str, check=None, choices=None, cli: bool = True):
-    """A config field with its help text, its check, and its allowed values."""
-    return dataclasses.field(
-        default=default, metadata={"help": help, "check": check, "choices": choices, "cli": cli}
-    )
+def option(default, help: str, check=None, choices=None, cli: bool = True, short: str = ""):
+    """A config field with its help text, its check, its allowed values and its short flag
+    (`-o`). A `tuple[str, ...]` field is a repeatable option (`--special A --special B`)."""
+    metadata = {"help": help, "check": check, "choices": choices, "cli": cli, "short": short}
+    return dataclasses.field(default=default, metadata=metadata)
 
 
 def flag(name: str) -> str:
@@ -73,6 +73,10 @@ def whole(low: int):
     )
 
 
+def required(x):
+    return "is required" if x is None else None  # with default None: an option one must give
+
+
 def optional(check):
     """`check`, but None (unset) is allowed too."""
     return lambda x: None if x is None else check(x)
@@ -95,13 +99,14 @@ class Checked:
         for f in dataclasses.fields(self):
             meta, value = _meta(type(self), f.name), getattr(self, f.name)
             choices, check = meta.get("choices"), meta.get("check")
-            problem = (
-                f"choose one of {', '.join(map(str, choices))}"
-                if choices is not None and value not in choices
-                else check and check(value)
-            )  # the allowed values first, then the check
+            problem = None
+            if choices is not None and value not in choices:
+                problem = f"choose one of {', '.join(map(str, choices))}"
+            elif check is not None:
+                problem = check(value)
             if problem:
-                raise UsageError(f"{flag(f.name)} {value!r}: {problem}")
+                given = "" if value is None else f" {value!r}"
+                raise UsageError(f"{flag(f.name)}{given}: {problem}")
         self.check()
 
     def check(self) -> None:
@@ -109,39 +114,48 @@ class Checked:
 
 
 def _arg_type(hint):
-    """The argparse type of a field annotation: int, float, str, bool (also inside `X | None`)."""
+    """The argparse type of a field annotation: int, float, str, bool (also inside `X | None`),
+    or tuple for `tuple[str, ...]`."""
+    if typing.get_origin(hint) is tuple:
+        return tuple
     args = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
     return args[0] if args[0] in (int, float, str, bool) else str
+
+
+def _defaults(defaults: list) -> str:
+    """The help's default: one value, or each class's when they differ; none when unset."""
+    values = {repr(d) for _, d in defaults}
+    if values in ({"None"}, {"()"}):
+        return ""
+    if len(values) == 1:
+        return f" (default {defaults[0][1]})"
+    return " (default " + ", ".join(f"{d} ({label})" for label, d in defaults) + ")"
 
 
 def add_options(parser: argparse.ArgumentParser, classes, labels=None) -> None:
     """One option per CLI field of the config classes (their union); each defaults to None, so
     `from_args` can tell which were given. `labels[i]` names class i in the defaults of the help."""
-    seen = {}
+    seen = {}  # option name -> (type hint, metadata, [(label, default) of each class])
     for cls, label in zip(classes, labels or [c.__name__ for c in classes]):
         hints = typing.get_type_hints(cls)
         for f in dataclasses.fields(cls):
             meta = _meta(cls, f.name)
-            if meta.get("cli", True):
-                seen.setdefault(f.name, (hints[f.name], meta, []))[2].append((label, f.default))
+            if not meta.get("cli", True):
+                continue
+            if f.name not in seen:
+                seen[f.name] = (hints[f.name], meta, [])
+            seen[f.name][2].append((label, f.default))
     for name, (hint, meta, defaults) in seen.items():
         kind, choices = _arg_type(hint), meta.get("choices")
-        values = {repr(d) for _, d in defaults}
-        default = (
-            ""
-            if values == {"None"}
-            else f" (default {defaults[0][1]})"
-            if len(values) == 1
-            else " (default " + ", ".join(f"{d} ({label})" for label, d in defaults) + ")"
-        )
-        help = (meta.get("help", "") + default).replace("%", "%%")
-        how = (
-            {"action": argparse.BooleanOptionalAction}
-            if kind is bool
-            # --x / --no-x
-            else {"type": kind, "choices": choices, "metavar": None if choices else name.upper()}
-        )
-        parser.add_argument(flag(name), default=None, help=help, **how)
+        help = (meta.get("help", "") + _defaults(defaults)).replace("%", "%%")
+        if kind is bool:  # --x / --no-x
+            how = {"action": argparse.BooleanOptionalAction}
+        elif kind is tuple:  # repeatable
+            how = {"action": "append", "metavar": name.upper()}
+        else:
+            how = {"type": kind, "choices": choices, "metavar": None if choices else name.upper()}
+        flags = [meta["short"], flag(name)] if meta.get("short") else [flag(name)]
+        parser.add_argument(*flags, default=None, help=help, **how)
     before = parser.get_default("_config_options") or ()
     parser.set_defaults(_config_options=before + tuple(seen))
 
@@ -160,7 +174,8 @@ def from_args(cls, args: argparse.Namespace, command: str = "this command", also
     stray = sorted(set(given) - mine - others)
     if stray:
         raise UsageError(f"{', '.join(flag(s) for s in stray)}: not an option of {command}")
-    return cls(**{k: v for k, v in given.items() if k in mine}, **fixed)
+    taken = {k: tuple(v) if isinstance(v, list) else v for k, v in given.items() if k in mine}
+    return cls(**taken, **fixed)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -448,7 +448,10 @@ def test_cli_mistakes_are_one_line(tmp_path, capsys):
         (["train", a, "--vocab-size", "100"], "use at least 256"),
         (["train", a, "--vocab-size", "300", "--pattern", ""], "matches the empty string"),
         (["train", a, "--vocab-size", "300", "--pattern", "(x"], "not a valid regex"),
-        (["train", a, "--vocab-size", "300", "--workers", "0"], "workers=0"),
+        (
+            ["train", a, "--vocab-size", "300", "--workers", "0"],
+            "--workers 0: must be a whole number >= 1",
+        ),
         (["encode", "--tokenizer", tok, a], "tok.json: cannot read"),
         (
             ["train", a, "--vocab-size", "300", "--hf", str(tmp_path / "no" / "hf.json")],

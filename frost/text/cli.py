@@ -9,11 +9,52 @@ vocabulary has fewer than 65536 tokens, else uint32 (`frost.text.token_dtype`): 
 token after each file, marking where documents end.
 """
 
+import dataclasses
 import os
 import sys
 
 from frost import atomic
-from frost.config import UsageError
+from frost.config import (
+    Checked,
+    UsageError,
+    add_options,
+    from_args,
+    option,
+    optional,
+    required,
+    whole,
+)
+
+WORKERS = option(None, "processes (default: all cores)", optional(whole(1)))
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainTokenizer(Checked):
+    vocab_size: int | None = option(None, "tokens in all: 256 bytes + merges + special", required)
+    output: str | None = option(
+        None, "where to write the tokenizer (Frost JSON)", required, short="-o"
+    )
+    special: tuple[str, ...] = option((), "a special token (repeatable)")
+    pattern: str | None = option(None, "pre-tokenisation regex (default: GPT-4's)")
+    hf: str | None = option(None, "also write a HF tokenizers tokenizer.json to this path")
+    workers: int | None = WORKERS
+
+
+@dataclasses.dataclass(frozen=True)
+class EncodeTokens(Checked):
+    tokenizer: str | None = option(
+        None, "a tokenizer file written by `frost tokenizer train`", required
+    )
+    output: str | None = option(
+        None, "token file to write (uint16 or uint32, raw)", required, short="-o"
+    )
+    eot: str | None = option(None, "special token to append after each file")
+    special: str = option(
+        "refuse",
+        "what special-token strings inside the text mean",
+        choices=("refuse", "allow", "text"),
+    )
+    workers: int | None = WORKERS
 
 
 def add_commands(subparsers) -> None:
@@ -22,116 +63,89 @@ def add_commands(subparsers) -> None:
     )
     parser.set_defaults(run=lambda args: parser.print_help())
     sub = parser.add_subparsers(metavar="ACTION")
+    for name, cls, run, help in (
+        ("train", TrainTokenizer, _train, "train a tokenizer on UTF-8 text files"),
+        ("encode", EncodeTokens, _encode, "encode UTF-8 text files into a flat token file"),
+    ):
+        p = sub.add_parser(name, help=help)
+        p.add_argument("corpus", nargs="+", help="UTF-8 text files")
+        add_options(p, [cls])
+        p.set_defaults(run=run, config=cls, command=f"`frost tokenizer {name}`")
 
-    t = sub.add_parser("train", help="train a tokenizer on UTF-8 text files")
-    t.add_argument("corpus", nargs="+", help="UTF-8 text files")
-    t.add_argument(
-        "--vocab-size", type=int, required=True, help="tokens in all: 256 bytes + merges + special"
-    )
-    t.add_argument(
-        "-o", "--output", required=True, help="where to write the tokenizer (Frost JSON)"
-    )
-    t.add_argument(
-        "--special",
-        action="append",
-        default=[],
-        metavar="TOKEN",
-        help="a special token (repeatable)",
-    )
-    t.add_argument("--pattern", default=None, help="pre-tokenisation regex (default: GPT-4's)")
-    t.add_argument("--hf", metavar="PATH", help="also write a HF tokenizers tokenizer.json")
-    t.add_argument(
-        "--workers", type=int, default=None, help="processes for counting (default: all cores)"
-    )
-    t.set_defaults(run=_train)
 
-    e = sub.add_parser("encode", help="encode UTF-8 text files into a flat token file")
-    e.add_argument("corpus", nargs="+", help="UTF-8 text files")
-    e.add_argument(
-        "--tokenizer", required=True, help="a tokenizer file written by `frost tokenizer train`"
-    )
-    e.add_argument(
-        "-o", "--output", required=True, help="token file to write (uint16 or uint32, raw)"
-    )
-    e.add_argument("--eot", metavar="TOKEN", help="special token to append after each file")
-    e.add_argument(
-        "--special",
-        choices=["refuse", "allow", "text"],
-        default="refuse",
-        help="what special-token strings inside the text mean (default: refuse)",
-    )
-    e.add_argument(
-        "--workers", type=int, default=None, help="processes for encoding (default: all cores)"
-    )
-    e.set_defaults(run=_encode)
+def _config(args):
+    """The command's checked config, with the corpus files (before any work)."""
+    return from_args(args.config, args, args.command), args.corpus
 
 
 def _train(args) -> int:
+    cfg, corpus = _config(args)
     from .bpe import GPT4_PATTERN, stream_files, train
     from .io import save, save_hf
 
-    _checked(args)
-    pattern = GPT4_PATTERN if args.pattern is None else args.pattern
+    _checked(cfg, corpus)
+    pattern = GPT4_PATTERN if cfg.pattern is None else cfg.pattern
     tok = train(
-        stream_files(args.corpus),
-        args.vocab_size,
+        stream_files(corpus),
+        cfg.vocab_size,
         pattern=pattern,
-        special_tokens=args.special,
-        workers=args.workers,
+        special_tokens=cfg.special,
+        workers=cfg.workers,
         progress=True,
     )
-    save(tok, args.output)
-    if args.hf:
-        save_hf(tok, args.hf)
-    print(f"{tok!r} -> {args.output}", file=sys.stderr)
+    save(tok, cfg.output)
+    if cfg.hf:
+        save_hf(tok, cfg.hf)
+    print(f"{tok!r} -> {cfg.output}", file=sys.stderr)
     return 0
 
 
 def _encode(args) -> int:
+    cfg, corpus = _config(args)
     import numpy as np
 
     from .bpe import _bar, stream_files
     from .io import load, token_dtype
 
-    tok = load(args.tokenizer)
-    if args.eot is not None and args.eot not in tok.special:
+    tok = load(cfg.tokenizer)
+    if cfg.eot is not None and cfg.eot not in tok.special:
         raise UsageError(
-            f"--eot {args.eot!r} is not a special token of {args.tokenizer} (it has "
+            f"--eot {cfg.eot!r} is not a special token of {cfg.tokenizer} (it has "
             f"{list(tok.special)})"
         )
     dtype, bar = (
         np.dtype(token_dtype(tok.vocab_size)),
-        _bar(True, "encoding", "B", total=_checked(args)),
+        _bar(True, "encoding", "B", total=_checked(cfg, corpus)),
     )
 
     def blocks():  # the token file, streamed in blocks to frost's atomic writer
-        for path in args.corpus:
+        for path in corpus:
             for ids in tok.encode_iter(
-                _counted(stream_files([path]), bar), special=args.special, workers=args.workers
+                _counted(stream_files([path]), bar), special=cfg.special, workers=cfg.workers
             ):
                 yield np.asarray(ids, dtype).tobytes()
-            if args.eot is not None:
-                yield np.asarray([tok.special[args.eot]], dtype).tobytes()
+            if cfg.eot is not None:
+                yield np.asarray([tok.special[cfg.eot]], dtype).tobytes()
 
     with bar:
-        atomic.write(args.output, blocks())
+        atomic.write(cfg.output, blocks())
     print(
-        f"{os.path.getsize(args.output) // dtype.itemsize} tokens ({dtype.name}) -> {args.output}",
+        f"{os.path.getsize(cfg.output) // dtype.itemsize} tokens ({dtype.name}) -> {cfg.output}",
         file=sys.stderr,
     )
     return 0
 
 
-def _checked(args) -> int:
+def _checked(cfg, corpus) -> int:
     """The corpus files' total size; UsageError, before any work, if one is missing, or an output's
     folder."""
-    for out in (args.output, getattr(args, "hf", None)):
+    for out in (cfg.output, getattr(cfg, "hf", None)):
         if out and not os.path.isdir(os.path.dirname(os.path.abspath(out))):
             raise UsageError(
                 f"{out}: there is no folder {os.path.dirname(os.path.abspath(out))} to write it in"
             )
     try:
-        return sum(os.path.getsize(p) for p in args.corpus)
+        return sum(os.path.getsize(p) for p in corpus)
     except OSError as e:
         raise UsageError(f"{e.filename}: {e.strerror}") from None
 
