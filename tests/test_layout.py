@@ -1,0 +1,59 @@
+"""The import floors of ../shared/DESIGN.md and frost/README.md, read from the source with `ast`:
+a module imports only from its own floor or below, and `audit` and `rl` use only public names of
+`train`, `data` and `text`."""
+
+import ast
+import pathlib
+
+FLOORS = [
+    {"atomic", "config", "kernels", "tree"},
+    {"optim", "text", "parallel", "checkpoint"},
+    {"nn", "data", "datasets"},
+    {"models", "interop"},
+    {"train"},
+    {"audit", "rl"},
+    {"cli"},
+]
+FLOOR = {name: level for level, names in enumerate(FLOORS) for name in names}
+ROOT = pathlib.Path(__file__).parent.parent / "frost"
+
+
+def _imports(path: pathlib.Path):
+    """(line, imported frost package, the names taken from it) for each `frost.X` import."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            package = (
+                path.relative_to(ROOT).parts[0] if len(path.relative_to(ROOT).parts) > 1 else None
+            )
+            if package is not None:
+                yield node.lineno, package, [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("frost."):
+            yield node.lineno, node.module.split(".")[1], [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module == "frost":
+            for a in node.names:
+                yield node.lineno, a.name, []
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.startswith("frost."):
+                    yield node.lineno, a.name.split(".")[1], []
+
+
+def test_every_module_imports_only_its_floor_or_below():
+    wrong = []
+    for path in sorted(ROOT.rglob("*.py")):
+        parts = path.relative_to(ROOT).parts
+        me = parts[0].removesuffix(".py")
+        if me == "__init__":
+            continue  # the package's lazy re-exports
+        for line, target, names in _imports(path):
+            if FLOOR[target] > FLOOR[me]:
+                wrong.append(f"{path.relative_to(ROOT)}:{line} ({me}) imports {target}")
+            private = [n for n in names if n.startswith("_")]
+            if me in ("audit", "rl") and target in ("train", "data", "text") and private:
+                wrong.append(f"{path.relative_to(ROOT)}:{line} takes private {private} of {target}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_every_package_has_a_floor():
+    packages = {p.name.removesuffix(".py") for p in ROOT.iterdir() if p.name != "__init__.py"}
+    assert packages - {"__pycache__", "README.md"} == set(FLOOR)
