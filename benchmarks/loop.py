@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import Publisher, header
 
 from frost import data, nn, optim
-from frost.train.loop import TrainState, fit, make_train_step
+from frost.train.loop import FitConfig, TrainState, fit, make_train_step
 
 SIZES = [(256, 64), (1024, 256)]  # (width, batch)
 
@@ -54,9 +54,7 @@ def with_fit(step, model, opt_state, loader, key):
             TrainState(model, opt_state, key),
             step,
             loader,
-            epochs=1,
-            run_dir=run_dir,
-            progress=False,
+            FitConfig(epochs=1, run_dir=run_dir, progress=False),
         )
 
 

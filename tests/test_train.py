@@ -63,11 +63,13 @@ def run(tmp_path, name, epochs, max_steps=None, resume=False, images=None, seed=
             state,
             step,
             loader,
-            epochs=epochs,
-            run_dir=tmp_path / name,
-            log_every=1,
-            progress=False,
-            max_steps=max_steps,
+            loop.FitConfig(
+                epochs=epochs,
+                run_dir=tmp_path / name,
+                log_every=1,
+                progress=False,
+                max_steps=max_steps,
+            ),
         )
     losses = [
         r["loss"]
@@ -110,7 +112,7 @@ def test_non_finite_last_step_of_an_epoch_is_caught_before_the_checkpoint(tmp_pa
     loader = data.Loader(data.Arrays(np.zeros(48, np.float32)), 8, shuffle=False)
     with loader, pytest.raises(loop.NonFiniteError, match=r"step 6: .*none yet"):
         state = loop.TrainState(jnp.int32(0), (), jax.random.key(0))
-        loop.fit(state, step, loader, epochs=1, run_dir=tmp_path, progress=False)
+        loop.fit(state, step, loader, loop.FitConfig(epochs=1, run_dir=tmp_path, progress=False))
     assert checkpoint.latest(tmp_path / "checkpoints") is None
 
 
@@ -138,10 +140,14 @@ def test_an_update_that_turns_the_parameters_non_finite_is_never_kept(tmp_path):
     state = loop.TrainState(model, opt.init(model), jax.random.key(1))
     step = loop.make_train_step(opt)
     with data.Loader(data.Arrays(x, y), 8, drop_last=True) as loader:
-        state = loop.fit(state, step, loader, epochs=1, run_dir=tmp_path, progress=False)
+        state = loop.fit(
+            state, step, loader, loop.FitConfig(epochs=1, run_dir=tmp_path, progress=False)
+        )
         state.opt_state = optim.set_hyperparams(state.opt_state, learning_rate=float("nan"))
         with pytest.raises(loop.NonFiniteError, match="step 7: "):
-            loop.fit(state, step, loader, epochs=2, run_dir=tmp_path, progress=False)
+            loop.fit(
+                state, step, loader, loop.FitConfig(epochs=2, run_dir=tmp_path, progress=False)
+            )
     tree, _ = checkpoint.load(checkpoint.latest(tmp_path / "checkpoints"), state.tree())
     assert checkpoint.latest(tmp_path / "checkpoints").name == "step_00000006"
     assert all(bool(jnp.all(jnp.isfinite(leaf))) for leaf in jax.tree.leaves(tree["model"]))
@@ -160,12 +166,14 @@ def test_skip_policy_skips_bad_steps_then_stops_after_max_skips(tmp_path):
             loop.TrainState(jnp.int32(0), (), jax.random.key(0)),
             step,
             loader,
-            epochs=1,
-            run_dir=tmp_path / "a",
-            progress=False,
-            on_nonfinite="skip",
-            max_skips=5,
-            log_every=1,
+            loop.FitConfig(
+                epochs=1,
+                run_dir=tmp_path / "a",
+                progress=False,
+                on_nonfinite="skip",
+                max_skips=5,
+                log_every=1,
+            ),
         )
     assert int(state.model) == 6 and state.skipped == 2 + 4 and state.step == 12
     logged = [
@@ -187,11 +195,9 @@ def test_skip_policy_skips_bad_steps_then_stops_after_max_skips(tmp_path):
             loop.TrainState(jnp.int32(0), (), jax.random.key(0)),
             step,
             loader,
-            epochs=1,
-            run_dir=tmp_path / "b",
-            progress=False,
-            on_nonfinite="skip",
-            max_skips=3,
+            loop.FitConfig(
+                epochs=1, run_dir=tmp_path / "b", progress=False, on_nonfinite="skip", max_skips=3
+            ),
         )
 
 
@@ -375,3 +381,26 @@ def test_cli_model_names_match_the_models_and_keep_jax_out_of_start_up():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "False", out.stderr
+
+
+def test_evaluation_on_any_mesh_gives_the_single_device_numbers():
+    """101 validation rows in batches of 24 leave a last batch of 5, which 2, 3 and 8 devices do
+    not divide: it is padded and masked, never dropped (issue 27, class 1)."""
+    import os
+    import pathlib
+    import subprocess
+    import sys
+
+    flags = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
+    job = pathlib.Path(__file__).with_name("eval_devices_job.py")
+    done = subprocess.run(
+        [sys.executable, str(job)],
+        env={**os.environ, "XLA_FLAGS": flags},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout.splitlines()[-1])
+    for n in ("1", "2", "3", "8"):
+        np.testing.assert_allclose(out[n], out["reference"], rtol=1e-5)

@@ -47,7 +47,7 @@ class Data(NamedTuple):
 
 class Job:
     unit, eval_name = "examples", "test"  # what throughput counts; how evaluation results are named
-    eval_batch = None  # rows per evaluation batch; None: cfg.batch_size
+    eval_batch = None  # about this many rows per evaluation batch; None: cfg.batch_size
 
     def optimizer_args(self, cfg) -> dict:
         """Extra hyper-parameters for the named optimizer (e.g. AdamW's b2)."""
@@ -124,6 +124,8 @@ def run(job, cfg, progress: bool = True) -> dict:
             shutil.rmtree(run_dir, ignore_errors=True)
         raise
     eval_step = loop.make_eval_step(d.prepare)
+    # a multiple of the training batch, so it divides over the mesh and the processes as that does
+    eval_rows = cfg.batch_size * max(1, (job.eval_batch or cfg.batch_size) // cfg.batch_size)
     shard = {
         "process_index": jax.process_index(),
         "process_count": jax.process_count(),
@@ -134,13 +136,13 @@ def run(job, cfg, progress: bool = True) -> dict:
             return {}
         with fdata.Loader(
             d.eval,
-            job.eval_batch or cfg.batch_size,
+            eval_rows,
             shuffle=False,
             transform=d.eval_transform,
             workers=min(cfg.workers, 1),
             **shard,
         ) as batches:
-            return loop.evaluate(model, map(place, batches), eval_step)
+            return loop.evaluate(model, batches, eval_step, eval_rows // jax.process_count(), place)
 
     start, first_step = time.perf_counter(), state.step
     with fdata.Loader(
@@ -154,24 +156,20 @@ def run(job, cfg, progress: bool = True) -> dict:
         state=state.loader_state,
         **shard,
     ) as loader:
-        state = loop.fit(
-            state,
-            step,
-            loader,
+        fit = loop.FitConfig(
             epochs=cfg.epochs,
             run_dir=run_dir,
-            eval_fn=eval_fn,
-            meta={"config": dataclasses.asdict(cfg)},
-            progress=progress,
             max_steps=cfg.max_steps,
             unit=job.unit,
-            count=lambda b: len(b[0]) * d.per_row,
-            place=place,
             eval_name=job.eval_name,
             on_nonfinite=cfg.on_nonfinite,
             max_skips=cfg.max_skips,
             tensorboard=cfg.log == "tensorboard",
+            progress=progress,
+            meta={"config": dataclasses.asdict(cfg)},
         )
+        count = lambda b: len(b[0]) * d.per_row  # noqa: E731
+        state = loop.fit(state, step, loader, fit, eval_fn, count, place)
     seconds = time.perf_counter() - start
     final = (
         state.last_eval

@@ -2,7 +2,7 @@
 
     step_fn = make_train_step(optimizer, classification_loss)
     state = TrainState(model, optimizer.init(model), key=jax.random.key(0))
-    state = fit(state, step_fn, loader, epochs=3, run_dir="runs/r20", eval_fn=...)
+    state = fit(state, step_fn, loader, FitConfig(epochs=3, run_dir="runs/r20"), eval_fn=...)
 
 A step is a pure function `(model, opt_state, batch, key) -> (model, opt_state, metrics)`. The loss
 function returns `(loss, (stats_model, metrics))`, where `stats_model` is the model with
@@ -26,6 +26,7 @@ import time
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from tqdm import tqdm
 
 from frost import checkpoint, nn, parallel
@@ -160,15 +161,25 @@ def make_train_step(
 
 
 def make_eval_step(prepare=lambda batch: batch):
-    """A jitted `(model, batch) -> {loss_sum, correct, count}` in evaluation mode."""
-    return jax.jit(lambda model, batch: eval_sums(model, prepare(batch)))
+    """A jitted `(model, batch, valid) -> {loss_sum, correct, count}` in evaluation mode, over
+    the rows `valid` (N,) marks."""
+    return jax.jit(lambda model, batch, valid: eval_sums(model, prepare(batch), valid))
 
 
-def evaluate(model, batches, eval_step) -> dict:
-    """Mean loss and accuracy over `batches`."""
+def evaluate(model, batches, eval_step, rows: int, place=lambda batch: batch) -> dict:
+    """Mean loss and accuracy over `batches` (a loader's, every sample once: drop_last=False).
+
+    Each batch is padded to `rows` rows (this process's share of a full batch) and the padding
+    masked out, so the last, short batch divides over any mesh and any number of processes, and
+    every device count gives the single-device numbers. `place` puts a batch on the devices."""
     totals = {"loss_sum": 0.0, "correct": 0, "count": 0}
     for batch in batches:
-        for k, v in eval_step(model, batch).items():
+        n = len(jax.tree.leaves(batch)[0])
+        padded = jax.tree.map(
+            lambda a, n=n: np.concatenate([a, np.zeros((rows - n, *a.shape[1:]), a.dtype)]), batch
+        )  # (rows, ...)
+        batch, valid = place((padded, np.arange(rows) < n))
+        for k, v in eval_step(model, batch, valid).items():
             totals[k] += float(v)
     n = max(totals["count"], 1)
     return {"loss": totals["loss_sum"] / n, "accuracy": totals["correct"] / n}
@@ -241,51 +252,73 @@ class _Policy:
         )
 
 
+@dataclasses.dataclass(frozen=True)
+class FitConfig:
+    """How `fit` runs.
+
+    Arguments:
+        epochs: train until the loader reaches this epoch.
+        run_dir: checkpoints/ and metrics.jsonl go here.
+        max_steps: stop after this many steps (the schedule is unchanged).
+        keep: checkpoints kept (the newest).
+        log_every: steps between metrics records.
+        unit: what `count(batch)` counts, for the throughput (`images_per_s`).
+        eval_name: the prefix of `eval_fn`'s keys in the records (`test_accuracy`).
+        on_nonfinite, max_skips: the non-finite policy ("stop", or "skip" up to max_skips in a row).
+        tensorboard: also write the records as TensorBoard scalars in run_dir/tensorboard.
+        progress: show progress bars and per-epoch lines.
+        meta: extra JSON kept in every checkpoint's manifest (e.g. the job's config).
+    """
+
+    epochs: int
+    run_dir: str | pathlib.Path
+    max_steps: int | None = None
+    keep: int = 3
+    log_every: int = 20
+    unit: str = "images"
+    eval_name: str = "test"
+    on_nonfinite: str = "stop"
+    max_skips: int = 10
+    tensorboard: bool = False
+    progress: bool = True
+    meta: dict | None = None
+
+
 def fit(
     state: TrainState,
     train_step,
     loader,
-    *,
-    epochs: int,
-    run_dir,
+    config: FitConfig,
     eval_fn=None,
-    keep: int = 3,
-    log_every: int = 20,
-    meta: dict | None = None,
-    progress: bool = True,
-    max_steps: int | None = None,
-    unit: str = "images",
     count=lambda batch: len(jax.tree.leaves(batch)[0]),
     place=lambda batch: batch,
-    eval_name: str = "test",
-    on_nonfinite: str = "stop",
-    max_skips: int = 10,
-    tensorboard: bool = False,
-):
-    """Train until `loader.epoch == epochs` (or `max_steps`), checkpointing after every epoch.
+) -> TrainState:
+    """Train until `loader.epoch == config.epochs` (or `config.max_steps`), checkpointing after
+    every epoch.
 
     `loader` is positioned already (a `frost.data.Loader` built with `state=state.loader_state`).
-    `eval_fn(model) -> dict` runs after each epoch, logged as `{eval_name}_{key}`. Metrics go to
-    `run_dir/metrics.jsonl` (records past `state.step` from an earlier attempt are dropped first),
-    with the throughput in `unit`s per second (`count(batch)` of them per batch: rows by default).
-    `place(batch)` puts a loader batch on the devices (e.g. frost.parallel.global_batch).
-    `tensorboard=True` also writes the records as TensorBoard scalars in `run_dir/tensorboard`.
+    `eval_fn(model) -> dict` runs after each epoch's checkpoint is written, logged as
+    `{eval_name}_{key}`. Metrics go to `run_dir/metrics.jsonl` (records past `state.step` from an
+    earlier attempt are dropped first), with the throughput in `unit`s per second (`count(batch)`
+    of them per batch: rows by default). `place(batch)` puts a loader batch on the devices (e.g.
+    frost.parallel.global_batch).
     """
+    c = config
     if len(loader) == 0:
         raise ValueError(
             "fit: the loader yields no batches (fewer samples than one batch, with drop_last)"
         )
-    run_dir = pathlib.Path(run_dir)
+    run_dir = pathlib.Path(c.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    with metrics_log.Log(run_dir, state.step, tensorboard) as log:
-        while loader.epoch < epochs and (max_steps is None or state.step < max_steps):
-            epoch, policy = loader.epoch, _Policy(on_nonfinite, max_skips, run_dir)
+    with metrics_log.Log(run_dir, state.step, c.tensorboard) as log:
+        while loader.epoch < c.epochs and (c.max_steps is None or state.step < c.max_steps):
+            epoch, policy = loader.epoch, _Policy(c.on_nonfinite, c.max_skips, run_dir)
             seen, t0, pending = 0, time.perf_counter(), None
             with tqdm(
                 total=len(loader),
                 initial=loader.batch,
-                desc=f"epoch {epoch + 1}/{epochs}",
-                disable=not progress,
+                desc=f"epoch {epoch + 1}/{c.epochs}",
+                disable=not c.progress,
                 dynamic_ncols=True,
                 leave=True,
             ) as bar:  # closed before an error shows
@@ -305,14 +338,14 @@ def fit(
                     seen += count(batch)
                     bar.update(1)
                     # waits for this step anyway
-                    if state.step % log_every == 0 and bool(metrics["finite"]):
+                    if state.step % c.log_every == 0 and bool(metrics["finite"]):
                         state, pending = policy(pending, state), None
                         rate = seen / (time.perf_counter() - t0)
                         record = {
                             "step": state.step,
                             "epoch": epoch,
                             "loss": float(metrics["loss"]),
-                            f"{unit}_per_s": rate,
+                            f"{c.unit}_per_s": rate,
                             **{
                                 k: float(v)
                                 for k, v in metrics.items()
@@ -323,9 +356,11 @@ def fit(
                             record["skipped"] = state.skipped
                         log.write(record)
                         bar.set_postfix(loss=f"{record['loss']:.4f}", per_s=f"{rate:.0f}")
-                    if max_steps is not None and state.step >= max_steps:
+                    if c.max_steps is not None and state.step >= c.max_steps:
                         break
                 state = policy(pending, state)
+            # the checkpoint first: nothing after it (an evaluation) can lose the epoch
+            save(run_dir, state, c.keep, **(c.meta or {}))
             if loader.epoch > epoch and eval_fn is not None:
                 result = eval_fn(state.model)
                 state = dataclasses.replace(state, last_eval=result)
@@ -333,14 +368,13 @@ def fit(
                     {
                         "step": state.step,
                         "epoch": epoch,
-                        **{f"{eval_name}_{k}": v for k, v in result.items()},
+                        **{f"{c.eval_name}_{k}": v for k, v in result.items()},
                     }
                 )
-                if progress:
+                if c.progress:
                     print(
                         f"epoch {epoch + 1}: "
-                        + ", ".join(f"{eval_name} {k} {v:.4f}" for k, v in result.items()),
+                        + ", ".join(f"{c.eval_name} {k} {v:.4f}" for k, v in result.items()),
                         flush=True,
                     )
-            save(run_dir, state, keep, **(meta or {}))
     return state

@@ -11,9 +11,13 @@ from frost import nn
 from frost.optim import gauss_newton_bartlett, hutchinson
 
 
-def cross_entropy(logits, labels):  # (..., V), (...) -> (): the mean over all positions, in float32
-    logp = jax.nn.log_softmax(logits.reshape(-1, logits.shape[-1]).astype(jnp.float32))  # (P, V)
-    return -jnp.mean(jnp.take_along_axis(logp, labels.reshape(-1, 1).astype(jnp.int32), axis=1))
+def nll(logits, labels):  # (..., V), (...) -> (...): each position's -log p(label), in float32
+    logp = jax.nn.log_softmax(logits.astype(jnp.float32))  # (..., V)
+    return -jnp.take_along_axis(logp, labels[..., None].astype(jnp.int32), axis=-1)[..., 0]
+
+
+def cross_entropy(logits, labels):  # (..., V), (...) -> (): the mean over all positions
+    return jnp.mean(nll(logits, labels))
 
 
 def correct(logits, labels):  # (..., V), (...) -> (...) bool
@@ -38,16 +42,17 @@ def classification_loss(model, batch, key):
     )
 
 
-def eval_sums(model, batch):
+def eval_sums(model, batch, valid=None):
     """Evaluation mode: {loss_sum, correct, count} over the batch's positions (summed by
-    `evaluate`)."""
+    `evaluate`); `valid` (N,) marks the real rows of a padded batch (all rows when None)."""
     x, labels = batch
     logits = model(x)
-    count = labels.size
+    rows = jnp.ones(labels.shape[:1], bool) if valid is None else valid  # (N,)
+    weight = jnp.broadcast_to(rows.reshape(rows.shape + (1,) * (labels.ndim - 1)), labels.shape)
     return {
-        "loss_sum": cross_entropy(logits, labels) * count,
-        "correct": jnp.sum(correct(logits, labels)),
-        "count": count,
+        "loss_sum": jnp.sum(jnp.where(weight, nll(logits, labels), 0.0)),
+        "correct": jnp.sum(correct(logits, labels) & weight),
+        "count": jnp.sum(weight),
     }
 
 
