@@ -2,6 +2,7 @@
 of 1, 2, 3 and 8 devices over a validation set none of them divides; prints the results as
 JSON, with the unpadded single-device reference."""
 
+import functools
 import json
 
 import jax
