@@ -358,17 +358,22 @@ def test_frost_train_gpt_with_sophia_and_sample_on_kjv(tmp_path, capsys):
                 "1",
                 "--heads",
                 "2",
+                "--seq-len",
+                "16",
                 "--out",
                 str(out),
             ]
         )
         == 0
-    )
+    )  # a short --seq-len: the run's own sample fits it (issue 27, class 4)
     text = capsys.readouterr().out
     assert "validation loss" in text and "In the beginning" in text
+    assert json.loads((out / "result.json").read_text())["sample"].startswith("In the beginning")
     assert (out / "tokenizer.json").exists() and (out / "train.bin").stat().st_size > 0
     assert cli(["sample", str(out), "--prompt", "And God said", "--tokens", "5"]) == 0
     assert capsys.readouterr().out.startswith("And God said")
+    assert cli(["sample", str(out), "--tokens", "60"]) == 2  # names --tokens, sample's own flag
+    assert "--tokens 60: the model sees 16 tokens" in capsys.readouterr().err
 
 
 def test_cli_model_names_match_the_models_and_keep_jax_out_of_start_up():

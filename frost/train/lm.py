@@ -8,6 +8,7 @@ ResNet job. The model is a small GPT with rotary positions and tied embeddings; 
 (b2 = 0.95) with warmup + cosine decay, weight decay on matrices only.
 """
 
+import dataclasses
 import json
 import pathlib
 import time
@@ -104,11 +105,13 @@ class LMJob(Job):
         return {"b1": 0.9, "b2": 0.95} if cfg.optimizer in ("adam", "adamw") else {}
 
     def finish(self, cfg, run_dir, state, d):
-        return {
-            "sample": sample(
-                SampleConfig(str(run_dir), tokens=60), model=state.model, tok=d.extra["tokenizer"]
-            )
-        }
+        """The run's text sample: up to 60 tokens, as many as --seq-len leaves after the prompt."""
+        tok, ask = d.extra["tokenizer"], SampleConfig(str(run_dir))
+        tokens = min(60, cfg.seq_len - len(tok.encode(ask.prompt)))
+        if tokens < 1:
+            return {"sample": ""}
+        ask = dataclasses.replace(ask, tokens=tokens)
+        return {"sample": sample(ask, model=state.model, tok=tok)}
 
 
 def load_run(run_dir):
