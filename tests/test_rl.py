@@ -204,14 +204,14 @@ def test_ppo_loss_pieces():
     def model(obs):
         return logits, value
 
-    batch = {
-        "obs": jnp.zeros((2, 1)),
-        "action": jnp.array([0, 1]),
-        "logp": jnp.log(jnp.array([0.25, 0.5])),
-        "adv": jnp.array([3.0, 1.0]),  # normalised to +1, -1
-        "value": jnp.array([1.0, 0.1]),
-        "ret": jnp.array([2.0, -1.0]),
-    }
+    batch = ppo.Minibatch(
+        obs=jnp.zeros((2, 1)),
+        action=jnp.array([0, 1]),
+        logp=jnp.log(jnp.array([0.25, 0.5])),
+        value=jnp.array([1.0, 0.1]),
+        adv=jnp.array([3.0, 1.0]),  # normalised to +1, -1
+        ret=jnp.array([2.0, -1.0]),
+    )
     cfg = ppo.Config()
     _, m = ppo.loss(model, batch, cfg)
     np.testing.assert_allclose(m["policy_loss"], -(1.2 * 1 + 0.8 * -1) / 2, rtol=1e-6)

@@ -47,18 +47,28 @@ def targets(q_next_online, q_next_target, reward, done, gamma: float, double: bo
     return reward + gamma * (1.0 - done.astype(jnp.float32)) * q_next
 
 
-def loss(model, target, batch, cfg: Config):
+class Transition(NamedTuple):
+    """One env step (PureJaxRL's `Transition`); the replay buffer is one with a leading axis."""
+
+    obs: jax.Array  # (*obs_shape,) float32
+    action: jax.Array  # () int32
+    reward: jax.Array  # () float32
+    done: jax.Array  # () bool: the episode ended here; next_obs is then the next one's first
+    next_obs: jax.Array  # (*obs_shape,) float32
+
+
+def loss(model, target, batch: Transition, cfg: Config):
     """Half the squared error between Q(s, a) and the (constant) TD target, over a minibatch, as
     CleanRL's and PureJaxRL's DQN. (Huber's loss, Mnih et al.'s for clipped Atari rewards, grows
     only linearly: on CartPole, returns up to 100, the rare terminal targets then barely pull and Q
     diverged, to 1e5 in 100k steps.)"""
-    q = model(batch["obs"])  # (N, A)
-    q_taken = jnp.take_along_axis(q, batch["action"][:, None], 1)[:, 0]
+    q = model(batch.obs)  # (N, A)
+    q_taken = jnp.take_along_axis(q, batch.action[:, None], 1)[:, 0]
     y = targets(
-        model(batch["next_obs"]),
-        target(batch["next_obs"]),
-        batch["reward"],
-        batch["done"],
+        model(batch.next_obs),
+        target(batch.next_obs),
+        batch.reward,
+        batch.done,
         cfg.gamma,
         cfg.double,
     )
@@ -75,7 +85,7 @@ class Runner(NamedTuple):
     model: nn.Sequential
     target: nn.Sequential
     opt_state: tuple
-    buffer: dict  # obs, action, reward, done, next_obs: (buffer_size, ...)
+    buffer: Transition  # (buffer_size, ...) each, a ring
     obs: jax.Array  # (B, *obs_shape)
     env_state: tuple
     running: jax.Array
@@ -92,14 +102,8 @@ def anakin(env, cfg: Config):
         k_model, k_env, key = jax.random.split(key, 3)
         model = q_network(env.observation_shape, env.num_actions, cfg.hidden, key=k_model)
         obs, state = jax.vmap(env.reset)(jax.random.split(k_env, B))
-        shapes = {
-            "obs": (obs.shape[1:], jnp.float32),
-            "action": ((), jnp.int32),
-            "reward": ((), jnp.float32),
-            "done": ((), bool),
-            "next_obs": (obs.shape[1:], jnp.float32),
-        }
-        buffer = {k: jnp.zeros((cap, *shape), dtype) for k, (shape, dtype) in shapes.items()}
+        row = Transition(obs[0], jnp.int32(0), jnp.float32(0), jnp.bool_(False), obs[0])
+        buffer = jax.tree.map(lambda x: jnp.zeros((cap, *x.shape), x.dtype), row)
         return Runner(
             model,
             model,
@@ -125,12 +129,12 @@ def anakin(env, cfg: Config):
             jax.random.split(k_env, B), r.env_state, action
         )
         rows = (r.t * B + jnp.arange(B)) % cap  # the ring's next B rows
-        new = {"obs": r.obs, "action": action, "reward": reward, "done": done, "next_obs": obs}
-        buffer = {k: r.buffer[k].at[rows].set(new[k]) for k in new}
+        new = Transition(r.obs, action, reward, done, obs)  # (B, ...) each
+        buffer = jax.tree.map(lambda ring, x: ring.at[rows].set(x), r.buffer, new)
         steps = (r.t + 1) * B
         picks = jax.random.randint(k_batch, (cfg.batch_size,), 0, jnp.minimum(steps, cap))
         grads, metrics = jax.grad(loss, has_aux=True)(
-            r.model, r.target, {k: v[picks] for k, v in buffer.items()}, cfg
+            r.model, r.target, jax.tree.map(lambda ring: ring[picks], buffer), cfg
         )
         updates, opt_state = opt.update(grads, r.opt_state, r.model)
         learn = steps >= cfg.learning_starts

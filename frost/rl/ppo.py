@@ -99,21 +99,38 @@ def gae(values, rewards, dones, last_value, gamma: float, lam: float):
     return adv, adv + values
 
 
-def loss(model, batch, cfg: Config):
-    """The PPO loss of a minibatch (rows of obs, action, logp, value, adv, ret)."""
-    logits, value = model(batch["obs"])  # (N, A), (N,)
+class Rollout(NamedTuple):
+    """T steps of B envs, as acted (PureJaxRL's `Transition`, stacked over time)."""
+
+    obs: jax.Array  # (T + 1, B, *obs_shape): the last one bootstraps the value
+    action: jax.Array  # (T, B) int32
+    logp: jax.Array  # (T, B) log-probability of the action when it was taken
+    reward: jax.Array  # (T, B)
+    done: jax.Array  # (T, B) bool: an episode ended at this step
+
+
+class Minibatch(NamedTuple):
+    """Rows of a rollout with their advantages, as the loss sees them."""
+
+    obs: jax.Array  # (N, *obs_shape)
+    action: jax.Array  # (N,)
+    logp: jax.Array  # (N,) at acting time
+    value: jax.Array  # (N,) the value before the update
+    adv: jax.Array  # (N,) GAE advantage
+    ret: jax.Array  # (N,) the value target, adv + value
+
+
+def loss(model, batch: Minibatch, cfg: Config):
+    """The PPO loss of a minibatch."""
+    logits, value = model(batch.obs)  # (N, A), (N,)
     logp_all = jax.nn.log_softmax(logits)
-    ratio = jnp.exp(
-        jnp.take_along_axis(logp_all, batch["action"][:, None], 1)[:, 0] - batch["logp"]
-    )
-    adv = (batch["adv"] - batch["adv"].mean()) / (batch["adv"].std() + 1e-8)
+    ratio = jnp.exp(jnp.take_along_axis(logp_all, batch.action[:, None], 1)[:, 0] - batch.logp)
+    adv = (batch.adv - batch.adv.mean()) / (batch.adv.std() + 1e-8)
     policy = -jnp.minimum(
         ratio * adv, jnp.clip(ratio, 1 - cfg.clip_eps, 1 + cfg.clip_eps) * adv
     ).mean()
-    clipped = batch["value"] + jnp.clip(value - batch["value"], -cfg.clip_eps, cfg.clip_eps)
-    value_loss = (
-        0.5 * jnp.maximum((value - batch["ret"]) ** 2, (clipped - batch["ret"]) ** 2).mean()
-    )
+    clipped = batch.value + jnp.clip(value - batch.value, -cfg.clip_eps, cfg.clip_eps)
+    value_loss = 0.5 * jnp.maximum((value - batch.ret) ** 2, (clipped - batch.ret) ** 2).mean()
     entropy = -(jnp.exp(logp_all) * logp_all).sum(-1).mean()
     total = policy + cfg.vf_coef * value_loss - cfg.ent_coef * entropy
     return total, {
@@ -124,22 +141,13 @@ def loss(model, batch, cfg: Config):
     }
 
 
-def update(model, opt_state, rollout, key, cfg: Config, opt):
+def update(model, opt_state, rollout: Rollout, key, cfg: Config, opt):
     """Advantages from the current value function, then `epochs` passes of shuffled minibatches."""
-    T, B = rollout["action"].shape
-    obs = rollout["obs"]  # (T + 1, B, *obs_shape)
+    T, B = rollout.action.shape
+    obs = rollout.obs  # (T + 1, B, *obs_shape)
     values = model.critic(obs.reshape((T + 1) * B, *obs.shape[2:]))[:, 0].reshape(T + 1, B)
-    adv, ret = gae(
-        values[:-1], rollout["reward"], rollout["done"], values[-1], cfg.gamma, cfg.gae_lambda
-    )
-    data = {
-        "obs": obs[:-1],
-        "action": rollout["action"],
-        "logp": rollout["logp"],
-        "value": values[:-1],
-        "adv": adv,
-        "ret": ret,
-    }
+    adv, ret = gae(values[:-1], rollout.reward, rollout.done, values[-1], cfg.gamma, cfg.gae_lambda)
+    data = Minibatch(obs[:-1], rollout.action, rollout.logp, values[:-1], adv, ret)  # (T, B, ...)
     data = jax.tree.map(lambda x: x.reshape(T * B, *x.shape[2:]), data)  # (T B, ...)
 
     def minibatch(carry, batch):
@@ -190,13 +198,7 @@ def anakin(env, cfg: Config):
 
     def iteration(r: Runner, _):
         r, (obs, action, logp, reward, done) = lax.scan(env_step, r, None, cfg.num_steps)
-        rollout = {
-            "obs": jnp.concatenate([obs, r.obs[None]]),
-            "action": action,
-            "logp": logp,
-            "reward": reward,
-            "done": done,
-        }
+        rollout = Rollout(jnp.concatenate([obs, r.obs[None]]), action, logp, reward, done)
         key, k_update = jax.random.split(r.key)
         model, opt_state, metrics = update(r.model, r.opt_state, rollout, k_update, cfg, opt)
         running, last, episodes = episode_metrics(reward, done, r.running, r.last_return)
@@ -234,9 +236,10 @@ def sebulba(
         model, opt_state = jit(fresh)(key)
         pool.submit(model.actor, 0)
         for u in range(cfg.updates):
-            rollout, versions = pool.collect()
-            episodes = int(rollout["done"].sum())
-            last = float(rollout["ret"].sum()) / episodes if episodes else last
+            arrays, versions = pool.collect()  # the Rollout's fields, and "ret" (T, B)
+            episodes = int(arrays["done"].sum())
+            last = float(arrays["ret"].sum()) / episodes if episodes else last
+            rollout = Rollout(*(arrays[k] for k in Rollout._fields))
             model, opt_state, metrics = step(model, opt_state, rollout, jax.random.fold_in(key, u))
             if u + pool.depth < cfg.updates:
                 pool.submit(model.actor, u + 1)
