@@ -178,14 +178,11 @@ def run(job, cfg, progress: bool = True) -> dict:
     )
     # with fp16: the overflow count
     scaled = optim.find_states(state.opt_state, precision.ScaledState)
-    result = {
-        **{f"{job.eval_name}_{k}": v for k, v in final.items()},
-        "steps": state.step,
-        "skipped": state.skipped,
-        "seconds": seconds,
-        f"{job.unit}_per_s": (state.step - first_step) * cfg.batch_size * d.per_row / seconds,
-        **job.finish(cfg, run_dir, state, d),
-    }
+    result = {f"{job.eval_name}_{k}": v for k, v in final.items()}  # test_accuracy, ...
+    result.update(steps=state.step, skipped=state.skipped, seconds=seconds)
+    done = (state.step - first_step) * cfg.batch_size * d.per_row  # images or tokens
+    result[f"{job.unit}_per_s"] = done / seconds
+    result.update(job.finish(cfg, run_dir, state, d))
     if scaled:
         result["overflow_skipped"] = int(scaled[0].scale.skipped)
     atomic.write(run_dir / "result.json", json.dumps(result, indent=1))
