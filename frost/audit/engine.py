@@ -33,8 +33,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from frost import optim
-from frost.audit.protocol import ALIASES, MUON_ADAM_LR
-from frost.optim.registry import OPTIMIZERS, build, resolve
+from frost.audit.protocol import MUON_ADAM_LR
+from frost.optim.registry import build, resolve
 from frost.train.loop import train_step
 
 CHUNK, PLACEHOLDER = (
@@ -71,8 +71,7 @@ def _make(workload, data, name, built, axes, peak=1.0, total=1):
     """The optimizer around the schedule `peak * unit_lr(step, total)`; held values are
     placeholders."""
     lr = lambda count: peak * unit_lr(count, total)  # noqa: E731
-    # Frost's own optimizers: weight decay on matrices only; Muon's partition
-    extra = {"mask": optim.decay_mask} if ALIASES.get(name, name) in OPTIMIZERS else {}
+    extra = {}  # Muon's partition
     if name == "muon":
         extra.update(
             labels=workload.muon_labels(data.classes),
@@ -80,7 +79,7 @@ def _make(workload, data, name, built, axes, peak=1.0, total=1):
             adam_learning_rate=lambda count: MUON_ADAM_LR * lr(count),
         )
     held = {a: PLACEHOLDER for a in axes if a not in built and a != "learning_rate"}
-    return build(ALIASES.get(name, name), lr, **held, **built, **extra)
+    return build(name, lr, **held, **built, **extra)
 
 
 def _held(workload, data, name, axes) -> dict:
@@ -132,7 +131,7 @@ def _init(workload, data, opt, seeds, values, peaks):
 
 def _program(workload, data, name, built, axes, threshold):
     """The jitted chunk: CHUNK steps of every run, returning the carry and each run's mean loss."""
-    hessian = resolve(ALIASES.get(name, name)).hessian
+    hessian = resolve(name).hessian
 
     def chunk(carry, arrays, t0, total):
         def body(c, t):

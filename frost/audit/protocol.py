@@ -35,6 +35,8 @@ from typing import NamedTuple
 import numpy as np
 import scipy.stats
 
+from frost.optim.registry import ALIASES
+
 
 class Grid(NamedTuple):
     lr: float  # the learning-rate centre as a multiple of the workload's AdamW centre
@@ -55,9 +57,6 @@ GRIDS = {
     "sophia-h": Grid(0.15, (0.1, 0.0), "gamma", (0.01, 0.05)),
     "muon": Grid(8.0, (0.1, 0.0), "momentum", (0.95, 0.9)),
 }
-ALIASES = {
-    "sgd-nesterov": "sgd"
-}  # issue 13's name for the registry's "sgd" (Nesterov momentum 0.9)
 MUON_ADAM_LR = 0.1  # Muon's AdamW part (embeddings, head, biases) runs at this times Muon's rate
 LR_POINTS, TOLERANCE = (
     6,
@@ -75,7 +74,7 @@ BASELINE = {
 def grid(name: str, make, centre: float, quick: bool = False) -> list[dict]:
     """Every trial of optimizer `name` (built by `make`) as {hyper-parameter: value}; same count for
     all."""
-    g = GRIDS.get(ALIASES.get(name, name))
+    g = GRIDS.get(ALIASES.get(name, name))  # the registry's other names share their grid
     # a user's optimizer: weight decay if `make` takes it, and learning rates for the key's share
     if g is None:
         takes = inspect.signature(make).parameters

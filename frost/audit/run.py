@@ -71,9 +71,7 @@ class Audit:
         return self.cfg.budget or (round(wl.steps / 60) * 20 if self.cfg.quick else wl.steps)
 
     def trials(self, wl, name) -> list[dict]:
-        return protocol.grid(
-            name, resolve(protocol.ALIASES.get(name, name)).make, wl.lr, self.cfg.quick
-        )
+        return protocol.grid(name, resolve(name).make, wl.lr, self.cfg.quick)
 
     def path(self, wl, name, run) -> pathlib.Path:
         return self.out / "runs" / f"{run_id(wl.name, name, run)}.json"

@@ -21,6 +21,7 @@ from typing import NamedTuple
 
 from frost.config import UsageError
 from frost.optim import optimizers as o
+from frost.optim.base import decay_mask
 
 
 class Entry(NamedTuple):
@@ -38,12 +39,19 @@ OPTIMIZERS = {
     "sophia-h": Entry(o.sophia, "hutchinson"),
     "muon": Entry(o.muon),
 }
+ALIASES = {"sgd-nesterov": "sgd"}  # other names of entries (the audit's, issue 13's)
+NAMES = (*OPTIMIZERS, *ALIASES)  # every built-in name
+
+
+def frost_own(name: str) -> bool:
+    """Whether `name` is one of the registry's optimizers (not a user's MODULE:FUNCTION)."""
+    return ALIASES.get(name, name) in OPTIMIZERS
 
 
 def resolve(name: str) -> Entry:
     """The registry entry for `name`, or a user's `MODULE:FUNCTION`; UsageError if neither."""
-    if name in OPTIMIZERS:
-        return OPTIMIZERS[name]
+    if frost_own(name):
+        return OPTIMIZERS[ALIASES.get(name, name)]
     module, _, function = name.partition(":")
     if not (module and function):
         raise UsageError(
@@ -64,8 +72,11 @@ def resolve(name: str) -> Entry:
 
 
 def build(name: str, learning_rate, **hyperparams):
-    """`resolve(name).make(learning_rate, **hyperparams)`; a hyper-parameter the function rejects,
-    or a result that is not a GradientTransformation, is a UsageError naming the optimizer."""
+    """`resolve(name).make(learning_rate, **hyperparams)`; the registry's own optimizers decay
+    only matrices and kernels (`mask=decay_mask` unless given). A hyper-parameter the function
+    rejects, or a result that is not a GradientTransformation, is a UsageError naming it."""
+    if frost_own(name):
+        hyperparams.setdefault("mask", decay_mask)
     try:
         opt = resolve(name).make(learning_rate, **hyperparams)
     except (TypeError, ValueError) as e:

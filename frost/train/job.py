@@ -27,7 +27,7 @@ from frost import atomic, optim, parallel
 from frost import data as fdata
 from frost.config import UsageError, flag
 from frost.nn import precision
-from frost.optim.registry import OPTIMIZERS, build, resolve
+from frost.optim.registry import build, frost_own, resolve
 from frost.train import loop
 
 # Options that may change when a run is resumed: they steer the run, not its numbers.
@@ -104,9 +104,7 @@ def _claim(run_dir: pathlib.Path, cfg, resume: bool | None) -> pathlib.Path:
 def make_optimizer(job, cfg, steps: int):
     """The named optimizer over the job's schedule; Frost's own get the decay mask (matrices only);
     with --precision fp16, inside dynamic loss scaling."""
-    extra = (
-        {"mask": optim.decay_mask, **job.optimizer_args(cfg)} if cfg.optimizer in OPTIMIZERS else {}
-    )
+    extra = job.optimizer_args(cfg) if frost_own(cfg.optimizer) else {}
     opt = build(cfg.optimizer, job.schedule(cfg, steps), weight_decay=cfg.weight_decay, **extra)
     return precision.dynamic_scaling(opt) if cfg.precision == "fp16" else opt
 

@@ -52,7 +52,7 @@ def eval_sums(model, batch, valid=None):
     return {
         "loss_sum": jnp.sum(jnp.where(weight, nll(logits, labels), 0.0)),
         "correct": jnp.sum(correct(logits, labels) & weight),
-        "count": jnp.sum(weight),
+        "count": jnp.sum(weight, dtype=jnp.float32),
     }
 
 
