@@ -27,6 +27,28 @@ HEARTBEAT_S = 10  # seconds without a heartbeat before the runtime declares a pr
 MESSAGE_BYTES = 8192  # the most `on_first` broadcasts
 
 
+def jit(fn, **kwargs):
+    """`jax.jit`, at XLA's optimisation level 1 on CPU, the level of every Frost loop program
+    (Anakin's, the audit's): they compile about a third faster than at level 2 and run as fast
+    (2 CPU cores, one PPO iteration: 8.8 -> 6.0 s compiling, 25 ms a run either way; level 0 runs
+    3x slower)."""
+    options = {"xla_backend_optimization_level": 1} if jax.default_backend() == "cpu" else None
+    return jax.jit(fn, compiler_options=options, **kwargs)
+
+
+def scan_chunks(body, length: int):
+    """The one chunked-scan driver (Anakin's iterations, the audit's training steps): a jitted
+    `(carry, xs, *args) -> (carry, ys)` that runs `length` steps of `body(carry, x, *args) ->
+    (carry, y)` in one `lax.scan` (xs: (length, ...) or None), the carry donated. Called once per
+    chunk, it lets the host show progress between calls while the device never waits within one.
+    """
+
+    def chunk(carry, xs, *args):
+        return jax.lax.scan(lambda c, x: body(c, x, *args), carry, xs, length)
+
+    return jit(chunk, donate_argnums=0)
+
+
 def make_mesh(data: int | None = None, model: int = 1, devices=None) -> Mesh:
     """A ("data", "model") mesh over `devices` (all of them by default); data defaults to the
     rest."""

@@ -20,8 +20,8 @@ unbatched: `lax.cond` in Sophia's refresh then stays a branch, rather than a sel
 compute the Hessian estimate on every step. A run diverges at the first step whose loss,
 gradients or update are non-finite (the step then leaves the run as it was) or whose loss
 exceeds the workload's threshold. A group whose program would need more than half the free
-memory is split in halves, down to one run at a time. Programs are compiled at LLVM -O2: a third
-less compile time than the default -O3 and the same speed on these models.
+memory is split in halves, down to one run at a time. The chunks run on
+frost.parallel.scan_chunks, the driver Anakin's iterations use too, at its optimisation level.
 """
 
 import os
@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from frost import optim
+from frost import optim, parallel
 from frost.audit.protocol import MUON_ADAM_LR
 from frost.optim.registry import build, resolve
 from frost.train.loop import train_step
@@ -130,38 +130,38 @@ def _init(workload, data, opt, seeds, values, peaks):
 
 
 def _program(workload, data, name, built, axes, threshold):
-    """The jitted chunk: CHUNK steps of every run, returning the carry and each run's mean loss."""
+    """The jitted chunk: CHUNK steps of every run, returning the carry and each step's losses."""
     hessian = resolve(name).hessian
 
-    def chunk(carry, arrays, t0, total):
-        def body(c, t):
-            models, states, peaks, keys, bad = c
-            axes_in = jax.tree.map(
-                lambda x: None if jnp.issubdtype(x.dtype, jnp.integer) else 0, states
+    def body(c, t, arrays, total):
+        models, states, peaks, keys, bad = c
+        axes_in = jax.tree.map(
+            lambda x: None if jnp.issubdtype(x.dtype, jnp.integer) else 0, states
+        )
+
+        def one(model, state, peak, key):  # train_step's default loss: softmax cross-entropy
+            step = train_step(
+                _make(workload, data, name, built, axes, peak, total), hessian=hessian
             )
+            batch_key, step_key = jax.random.split(jax.random.fold_in(key, t))
+            model, state, metrics = step(model, state, workload.draw(arrays, batch_key), step_key)
+            return model, state, metrics["loss"], metrics["finite"]
 
-            def one(model, state, peak, key):  # train_step's default loss: softmax cross-entropy
-                step = train_step(
-                    _make(workload, data, name, built, axes, peak, total), hessian=hessian
-                )
-                batch_key, step_key = jax.random.split(jax.random.fold_in(key, t))
-                model, state, metrics = step(
-                    model, state, workload.draw(arrays, batch_key), step_key
-                )
-                return model, state, metrics["loss"], metrics["finite"]
+        models, states, loss, finite = jax.vmap(one, in_axes=(0, axes_in, 0, 0))(
+            models, states, peaks, keys
+        )
+        # counters: shared
+        states = jax.tree.map(lambda x, a: x if a == 0 else jnp.max(x, 0), states, axes_in)
+        bad = jnp.where((bad < 0) & ~(finite & (loss <= threshold)), t, bad)
+        return (models, states, peaks, keys, bad), loss
 
-            models, states, loss, finite = jax.vmap(one, in_axes=(0, axes_in, 0, 0))(
-                models, states, peaks, keys
-            )
-            # counters: shared
-            states = jax.tree.map(lambda x, a: x if a == 0 else jnp.max(x, 0), states, axes_in)
-            bad = jnp.where((bad < 0) & ~(finite & (loss <= threshold)), t, bad)
-            return (models, states, peaks, keys, bad), loss
+    # (carry, steps (CHUNK,), arrays, total) -> (carry, losses (CHUNK, K))
+    return parallel.scan_chunks(body, CHUNK)
 
-        carry, losses = jax.lax.scan(body, carry, t0 + jnp.arange(CHUNK, dtype=jnp.int32))
-        return carry, jnp.mean(losses, 0)  # (K,)
 
-    return jax.jit(chunk, donate_argnums=0)
+def _steps(t0: int) -> np.ndarray:
+    """The step numbers of the chunk starting at `t0`: (CHUNK,) int32."""
+    return np.arange(t0, t0 + CHUNK, dtype=np.int32)
 
 
 def run_group(workload, data, name, group: Group, max_runs: int | None = None) -> list[dict]:
@@ -198,8 +198,8 @@ def run_group(workload, data, name, group: Group, max_runs: int | None = None) -
     if tag not in _programs:
         _programs[tag] = (
             _program(workload, data, name, built, axes, workload.threshold(data))
-            .lower(carry, data.arrays, np.int32(0), np.int32(steps))
-            .compile({"xla_backend_optimization_level": 2})
+            .lower(carry, _steps(0), data.arrays, np.int32(steps))
+            .compile()
         )
     program, stats = _programs[tag], _programs[tag].memory_analysis()
     need = stats.argument_size_in_bytes + stats.output_size_in_bytes + stats.temp_size_in_bytes
@@ -207,8 +207,8 @@ def run_group(workload, data, name, group: Group, max_runs: int | None = None) -
         return run_group(workload, data, name, group, max(len(runs) // 2, 1))
     start, curve = time.perf_counter(), []
     for t0 in range(0, steps, CHUNK):
-        carry, loss = program(carry, data.arrays, np.int32(t0), np.int32(steps))
-        curve.append(np.asarray(loss))
+        carry, losses = program(carry, _steps(t0), data.arrays, np.int32(steps))
+        curve.append(np.asarray(losses).mean(0))  # (K,)
         if (np.asarray(carry[-1]) >= 0).all():
             break  # every run has diverged
     if workload.name not in _evals:
