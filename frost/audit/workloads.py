@@ -6,7 +6,7 @@ one program with no host traffic.
                       tokenised with Frost's byte-level BPE (512 tokens, trained on the first 95%
                       by frost.train.lm.prepare_corpus; the rest is the held-out part)
     image-s, image-m  an MLP on Fashion-MNIST, or any image folder with train/ (and test/)
-                      sub-folders (frost.train.image.load_data)
+                      sub-folders (frost.data.load_images)
 
 Each comes at two sizes (WORKLOADS: GPT width 32 x 1 block and 48 x 2 blocks; MLP width 64 and
 256), so the report can show whether a gap grows or shrinks with scale. The sizes and budgets
@@ -156,14 +156,14 @@ def _text(source, folder: pathlib.Path, progress):
 
 
 def _images(source):
-    train, test, _, classes, _, mean, std, pre = image.load_data(source)
-    x, y = _arrays(train, pre)
-    if test is None:  # hold out the last 10% of a folder without test/
+    d = fdata.load_images(source)
+    x, y = _arrays(d.train, d.pre)
+    if d.test is None:  # hold out the last 10% of a folder without test/
         cut = len(x) * 9 // 10
         x, y, tx, ty = x[:cut], y[:cut], x[cut:], y[cut:]
     else:
-        tx, ty = _arrays(test, pre)
-    stats = {"mean": jnp.asarray(mean, jnp.float32), "std": jnp.asarray(std, jnp.float32)}
+        tx, ty = _arrays(d.test, d.pre)
+    stats = {"mean": jnp.asarray(d.mean, jnp.float32), "std": jnp.asarray(d.std, jnp.float32)}
     return Data(
         {
             **stats,
@@ -172,7 +172,7 @@ def _images(source):
             "eval_y": jnp.asarray(ty[:EVAL_IMAGES]),
             "eval_x": image.normalise(jnp.asarray(tx[:EVAL_IMAGES]), **stats),
         },
-        classes,
+        d.classes,
     )
 
 

@@ -11,6 +11,7 @@
 Nothing here imports JAX at module level (worker processes import this package).
 """
 
+from frost.data.images import DATASETS, Images, load_images
 from frost.data.loader import Loader, WorkerError, load_sample, prefetch_to_device
 from frost.data.sampler import Sampler
 from frost.data.sources import (
