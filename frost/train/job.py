@@ -26,7 +26,6 @@ import jax
 from frost import atomic, optim, parallel
 from frost import data as fdata
 from frost.config import UsageError, flag
-from frost.nn import precision
 from frost.optim.registry import OPTIMIZERS, build, resolve
 from frost.train import loop
 
@@ -108,7 +107,7 @@ def make_optimizer(job, cfg, steps: int):
         {"mask": optim.decay_mask, **job.optimizer_args(cfg)} if cfg.optimizer in OPTIMIZERS else {}
     )
     opt = build(cfg.optimizer, job.schedule(cfg, steps), weight_decay=cfg.weight_decay, **extra)
-    return precision.dynamic_scaling(opt) if cfg.precision == "fp16" else opt
+    return optim.scaling.dynamic_scaling(opt) if cfg.precision == "fp16" else opt
 
 
 def run(job, cfg, progress: bool = True) -> dict:
@@ -177,7 +176,7 @@ def run(job, cfg, progress: bool = True) -> dict:
         else eval_fn(state.model)
     )
     # with fp16: the overflow count
-    scaled = optim.find_states(state.opt_state, precision.ScaledState)
+    scaled = optim.find_states(state.opt_state, optim.scaling.ScaledState)
     result = {f"{job.eval_name}_{k}": v for k, v in final.items()}  # test_accuracy, ...
     result.update(steps=state.step, skipped=state.skipped, seconds=seconds)
     done = (state.step - first_step) * cfg.batch_size * d.per_row  # images or tokens
