@@ -402,13 +402,14 @@ def rosenbrock(p):
     return (1 - x) ** 2 + 100 * (y - x * x) ** 2
 
 
-def make_step(opt, loss, trace_count=None):
+def make_step(opt, loss, trace_count=None, **extra_args):
     def step(params, state, key):
         if trace_count is not None:
             trace_count.append(1)
         if fo.find_states(state, fo.SophiaState):
             state = fo.update_hessian(state, lambda: fo.hutchinson(loss, params, key=key))
-        u, state = opt.update(jax.grad(loss)(params), state, params)
+        grads = jax.tree.map(jnp.conj, jax.grad(loss)(params))  # conj: for complex params
+        u, state = opt.update(grads, state, params, **extra_args)
         return fo.apply_updates(params, u), state
 
     return step
@@ -442,6 +443,58 @@ def test_converges(name, problem, key):
         params, jax.random.split(key, steps)
     )
     assert float(loss(final)) < 1e-3 * float(loss(params))
+
+
+@pytest.mark.parametrize("name", OPTIMIZERS)
+def test_complex_params_converge_or_are_refused_at_init(name, key):
+    """Complex parameters (optax's complex parabola, |z - t|²): the optimizers whose rule has a
+    complex form (|g|² moments) reach the optimum; Lion's sign, Muon's orthogonalisation and
+    Sophia's Hessian estimate have none, and refuse them at init."""
+    target = jnp.asarray(normal(7, (2, 3)) + 1j * normal(8, (2, 3)), jnp.complex64)
+
+    def loss(p):
+        return jnp.sum(jnp.real((p["z"] - target) * jnp.conj(p["z"] - target)))
+
+    params = {"z": jnp.zeros((2, 3), jnp.complex64)}
+    opt = OPTIMIZERS[name](fo.cosine_decay(0.1, 300))
+    if name in ("lion", "sophia", "muon"):
+        with pytest.raises(ValueError, match=f"{name} does not support complex parameters"):
+            opt.init(params)
+        return
+    step = make_step(opt, loss)
+    (final, _), _ = jax.jit(
+        lambda p, ks: jax.lax.scan(lambda c, k: (step(*c, k), None), (p, opt.init(p)), ks)
+    )(params, jax.random.split(key, 300))
+    np.testing.assert_allclose(final["z"], target, atol=3e-2)
+
+
+# Each optimizer's own function and numeric hyper-parameters, for optax.inject_hyperparams (the
+# integer loop bounds static, as optax does for adafactor).
+INJECTED = {
+    "sgd": (fo.sgd, {"learning_rate": 0.1, "momentum": 0.9, "weight_decay": 1e-2}, ()),
+    "adam": (fo.adam, {"learning_rate": 0.1, "weight_decay": 1e-2}, ()),
+    "adamw": (fo.adamw, {"learning_rate": 0.1, "weight_decay": 0.1}, ()),
+    "lion": (fo.lion, {"learning_rate": 0.1, "weight_decay": 0.1}, ()),
+    "sophia": (fo.sophia, {"learning_rate": 0.1, "gamma": 0.05, "interval": 2}, ("interval",)),
+    "muon": (fo.muon, {"learning_rate": 0.02, "weight_decay": 0.1}, ("ns_steps",)),
+}
+
+
+@pytest.mark.parametrize("name", INJECTED)
+def test_inject_hyperparams_and_extra_args(name, key):
+    """optax.inject_hyperparams(frost.optim.X)(...) takes the same two steps as X(...) (its
+    hyper-parameters traced), and update passes over an extra keyword argument it does not use."""
+    make, kwargs, static = INJECTED[name]
+    plain, injected = make(**kwargs), optax.inject_hyperparams(make, static_args=static)(**kwargs)
+    params, keys = make_params(0), jax.random.split(key, 2)
+    results = []
+    for opt in (plain, injected):
+        step = jax.jit(make_step(opt, quadratic, unexpected_extra_arg=1))
+        p, s = step(params, opt.init(params), keys[0])
+        results.append(step(p, s, keys[1]))
+    (p_plain, s_plain), (p_inj, s_inj) = results
+    assert_trees_close(p_inj, p_plain, rtol=1e-5, atol=1e-6)
+    assert_trees_close(s_inj.inner_state, s_plain, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("name", OPTIMIZERS)

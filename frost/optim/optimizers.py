@@ -149,14 +149,14 @@ def muon(
     momentum: float = 0.95,
     nesterov: bool = True,
     ns_steps: int = 5,
-    weight_decay: float = 0.0,
+    weight_decay: float | None = None,
     mask=None,
     labels=None,
     adam_learning_rate=None,
     adam_b1: float = 0.9,
     adam_b2: float = 0.999,
     adam_eps: float = 1e-8,
-    adam_weight_decay: float = 0.0,
+    adam_weight_decay: float | None = None,
     mu_dtype=None,
 ) -> GradientTransformation:
     """Muon (Jordan et al. 2024, "Muon: An optimizer for hidden layers in neural networks"), for

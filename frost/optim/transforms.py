@@ -48,6 +48,14 @@ def _zeros(tree, dtype=None):
     )
 
 
+def _real_zeros(name, tree, dtype=None):
+    """_zeros for a rule with no complex form (a sign, an orthogonalisation, a Hessian estimate):
+    complex parameters are refused here, at init, with one error."""
+    if any(jnp.iscomplexobj(p) for p in jax.tree.leaves(tree)):
+        raise ValueError(f"{name} does not support complex parameters; adam, adamw and sgd do")
+    return _zeros(tree, dtype)
+
+
 def _lift(rule, u, state, *fields, **changes):
     """Apply a per-array `rule(g, *leaves of the state's fields)` -> (update, *new leaves) to
     matching leaves; return the update tree and `state` with those fields (and `changes`) replaced.
@@ -265,7 +273,9 @@ def scale_by_lion(b1: float = 0.9, b2: float = 0.99, mu_dtype=None) -> GradientT
         return _lift(rule, u, state, "mu")
 
     return GradientTransformation(
-        lambda params: LionState(_zeros(params, mu_dtype), hyperparam(b1), hyperparam(b2)),
+        lambda params: LionState(
+            _real_zeros("lion", params, mu_dtype), hyperparam(b1), hyperparam(b2)
+        ),
         update,
     )
 
@@ -303,7 +313,7 @@ def scale_by_sophia(
     def init(params):
         return SophiaState(
             jnp.zeros([], jnp.int32),
-            _zeros(params, state_dtype),
+            _real_zeros("sophia", params, state_dtype),
             _zeros(params, state_dtype),
             jnp.array(-1, jnp.int32),
             jnp.array(interval, jnp.int32),
@@ -438,7 +448,8 @@ def scale_by_muon(
         return _lift(rule, u, state, "mu")
 
     return GradientTransformation(
-        lambda params: MuonState(_zeros(params, mu_dtype), hyperparam(momentum)), update
+        lambda params: MuonState(_real_zeros("muon", params, mu_dtype), hyperparam(momentum)),
+        update,
     )
 
 
