@@ -239,6 +239,21 @@ def test_muon_nesterov_matches_jordan_reference():
     assert s.min() > 0.6 and s.max() < 1.25
 
 
+@pytest.mark.parametrize("nesterov", [True, False])
+def test_muon_with_bias_correction_matches_optax_contrib_muon(nesterov):
+    """Frost's default follows Jordan's reference (above); bias_correction=True is optax's rule."""
+    params = {"wide": jnp.asarray(normal(0, (3, 5))), "tall": jnp.asarray(normal(2, (6, 2)))}
+    grads = make_grads(1, params)
+    mine = run(fo.muon(0.02, momentum=0.9, nesterov=nesterov, bias_correction=True), params, grads)
+    theirs = run(optax.contrib.muon(0.02, beta=0.9, nesterov=nesterov), params, grads, True)
+    assert_trees_close(mine, theirs, rtol=1e-4, atol=1e-5)
+    plain = run(fo.muon(0.02, momentum=0.9, nesterov=nesterov), params, grads)
+    steps = lambda tree: np.diff(tree["wide"], axis=0)  # noqa: E731  the updates of steps 2, 3, ...
+    # Nesterov's mix weights m and g unevenly; without it the correction only rescales m, which the
+    # orthogonalisation's normalisation removes.
+    assert np.allclose(steps(plain), steps(theirs), rtol=1e-2) != nesterov
+
+
 # --- Sophia against Algorithm 3 of Liu et al. 2023 -------------------------------------------
 # optax.contrib.sophia differs from the paper in three ways, so it is not the reference here:
 # it bias-corrects the momentum (m / (1 - b1^t)); it refreshes h *after* computing the update, so

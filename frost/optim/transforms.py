@@ -408,6 +408,7 @@ def gauss_newton_bartlett(logits_fn: Callable, params, *, key) -> Updates:
 
 
 class MuonState(NamedTuple):
+    count: jax.Array
     mu: Updates
     momentum: jax.Array
 
@@ -427,13 +428,27 @@ def newton_schulz(x, steps: int = 5, eps: float = 1e-7):
 
 
 def scale_by_muon(
-    momentum: float = 0.95, nesterov: bool = True, ns_steps: int = 5, mu_dtype=None
+    momentum: float = 0.95,
+    nesterov: bool = True,
+    ns_steps: int = 5,
+    mu_dtype=None,
+    bias_correction: bool = False,
 ) -> GradientTransformation:
     """Muon (Jordan et al. 2024) for 2-D weights W (in, out):
     m <- momentum m + (1-momentum) g;  v = momentum m + (1-momentum) g if nesterov else m;
-    u = newton_schulz(v) * sqrt(max(1, out / in))."""
+    u = newton_schulz(v) * sqrt(max(1, out / in)).
+    `bias_correction=True` is optax.contrib.muon's variant: at step t, m / (1 - momentum^(t+1))
+    and g / (1 - momentum^t) in the Nesterov mix (m / (1 - momentum^t) without Nesterov)."""
 
     def update(u, state, params=None):
+        t = state.count + 1
+        c_now = c_next = jnp.ones([], jnp.float32)
+        if bias_correction:
+            c_now, c_next = (
+                1 - jax.lax.pow(state.momentum, t),
+                1 - jax.lax.pow(state.momentum, t + 1),
+            )
+
         def rule(g, m):
             if g.ndim != 2:
                 raise ValueError(
@@ -442,15 +457,17 @@ def scale_by_muon(
                 )
             mom = _cast(state.momentum, g)
             m = mom * m + (1 - mom) * g
-            v = mom * m + (1 - mom) * g if nesterov else m
+            m_hat, g_hat = m / _cast(c_next, m), g / _cast(c_now, g)
+            v = mom * m_hat + (1 - mom) * g_hat if nesterov else m / _cast(c_now, m)
             return newton_schulz(v, ns_steps) * max(1.0, g.shape[1] / g.shape[0]) ** 0.5, m
 
-        return _lift(rule, u, state, "mu")
+        return _lift(rule, u, state, "mu", count=t)
 
-    return GradientTransformation(
-        lambda params: MuonState(_real_zeros("muon", params, mu_dtype), hyperparam(momentum)),
-        update,
-    )
+    def init(params):
+        mu = _real_zeros("muon", params, mu_dtype)
+        return MuonState(jnp.zeros([], jnp.int32), mu, hyperparam(momentum))
+
+    return GradientTransformation(init, update)
 
 
 # --- wrappers: parameter EMA, gradient accumulation -----------------------------------------
