@@ -57,3 +57,15 @@ def test_every_module_imports_only_its_floor_or_below():
 def test_every_package_has_a_floor():
     packages = {p.name.removesuffix(".py") for p in ROOT.iterdir() if p.name != "__init__.py"}
     assert packages - {"__pycache__", "README.md"} == set(FLOOR)
+
+
+def test_nn_does_not_import_optim():
+    """nn sits above optim's floor but does not use it: loss scaling, an optimizer wrapper, lives
+    in frost/optim/scaling.py (DESIGN.md)."""
+    wrong = [
+        f"{path.relative_to(ROOT)}:{line} imports optim"
+        for path in sorted((ROOT / "nn").rglob("*.py"))
+        for line, target, _ in _imports(path)
+        if target == "optim"
+    ]
+    assert not wrong, "\n".join(wrong)

@@ -10,7 +10,7 @@ from frost import nn
 from frost.config import UsageError
 from frost.models import gpt, resnet
 from frost.nn import precision
-from frost.optim import all_finite
+from frost.optim import all_finite, scaling
 
 FP32, BF16 = precision.policy("fp32"), precision.policy("bf16")
 
@@ -151,11 +151,11 @@ def train(w, x, y, scaler):
 
     def scaled_step(carry, _):
         w, s = carry
-        grads = precision.unscale(
-            s, jax.grad(lambda w: precision.scale_loss(s, regression_loss(w, x, y, FP16)))(w)
+        grads = scaling.unscale(
+            s, jax.grad(lambda w: scaling.scale_loss(s, regression_loss(w, x, y, FP16)))(w)
         )
         finite = all_finite(grads)
-        return (jnp.where(finite, w - LR * grads, w), precision.adjust(s, finite, period=10)), None
+        return (jnp.where(finite, w - LR * grads, w), scaling.adjust(s, finite, period=10)), None
 
     w32, _ = jax.lax.scan(fp32_step, w, None, 50)
     w16, _ = jax.lax.scan(fp16_step, w, None, 50)
@@ -170,7 +170,7 @@ def test_fp16_gradients_underflow_and_loss_scaling_recovers():
     assert not np.any(np.asarray(plain)) and np.all(
         np.abs(jax.grad(regression_loss)(w, x, y, FP32)) > 1e-10
     )
-    start, fp32, fp16, scaled, s = train(w, x, y, precision.loss_scale(2.0**24))
+    start, fp32, fp16, scaled, s = train(w, x, y, scaling.loss_scale(2.0**24))
     assert fp32 < 1e-3 * start  # fp32 converges
     assert fp16 == start  # fp16 never moves: every gradient is zero
     assert scaled < 1e-3 * start and int(s.skipped) == 0
@@ -179,11 +179,11 @@ def test_fp16_gradients_underflow_and_loss_scaling_recovers():
 def test_loss_scale_skips_overflowing_steps_then_grows_back():
     x, y, w = regression()
     # overflows fp16 at first
-    start, fp32, _, scaled, s = train(w, x, y, precision.loss_scale(2.0**52))
+    start, fp32, _, scaled, s = train(w, x, y, scaling.loss_scale(2.0**52))
     assert int(s.skipped) >= 5 and scaled < 1e-2 * start
-    state = precision.loss_scale(4.0)
+    state = scaling.loss_scale(4.0)
     for finite in [True] * 10 + [False, True]:
-        state = precision.adjust(state, jnp.bool_(finite), period=10)
+        state = scaling.adjust(state, jnp.bool_(finite), period=10)
     assert (float(state.scale), int(state.good_steps), int(state.skipped)) == (
         4.0,
         1,
@@ -200,7 +200,7 @@ def step_losses(model, batch, precision_name, steps=50):
     from frost.train import loop
 
     opt = optim.adamw(3e-3)
-    opt = precision.dynamic_scaling(opt) if precision_name == "fp16" else opt
+    opt = scaling.dynamic_scaling(opt) if precision_name == "fp16" else opt
     step = loop.train_step(opt, precision=precision_name)
 
     def body(carry, key):

@@ -1,10 +1,11 @@
 """frost.optim: optax-compatible gradient transformations and named optimizers.
 
 base.py: the protocol (GradientTransformation, chain, apply_updates, masks, hyper-parameters);
-transforms.py: small steps; optimizers.py: named optimizers as chains; schedules.py.
+transforms.py: small steps; optimizers.py: named optimizers as chains; schedules.py;
+scaling.py: fp16 dynamic loss scaling, an optimizer wrapper.
 """
 
-from frost.optim import schedules
+from frost.optim import scaling, schedules
 from frost.optim.base import (
     HYPERPARAMS,
     EmptyState,
@@ -13,6 +14,7 @@ from frost.optim.base import (
     MaskedState,
     PartitionState,
     apply_updates,
+    call_update,
     chain,
     decay_mask,
     find_states,
@@ -37,7 +39,6 @@ from frost.optim.transforms import (
     AccumulateState,
     AdamState,
     EmaState,
-    GuardState,
     LearningRateState,
     LionState,
     MuonState,
@@ -61,8 +62,6 @@ from frost.optim.transforms import (
     scale_by_lion,
     scale_by_muon,
     scale_by_sophia,
-    skip_nonfinite,
-    skipped_steps,
     trace,
     update_hessian,
 )

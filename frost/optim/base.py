@@ -7,7 +7,11 @@
 
 A transform is `GradientTransformation(init, update)`. Since only the two attribute names
 matter, an optax transform can sit inside a Frost `chain` and a Frost transform inside
-`optax.chain` (tests/test_optim.py shows both).
+`optax.chain` (tests/test_optim.py shows both). As in optax, `update` may take extra keyword
+arguments (`value=` for optax.polyak_sgd, a line search's `value_fn=`): `chain`, `masked` and
+`partition` accept any and forward them to the links whose `update` takes `**kwargs`, so a link
+that needs one gets it and the others are called without (optax.with_extra_args_support).
+tests/test_optax_suite.py runs optax's own alias tests against Frost's adam, adamw, lion, sgd.
 
 Hyper-parameters live in the state. Every transform stores the hyper-parameters a run may want
 to change (learning rate, weight decay, momentum and betas) as float32 scalar arrays in its
@@ -21,6 +25,7 @@ A name that occurs in several partitions (Muon's two learning rates) is qualifie
 partition label: 'muon/learning_rate', 'adam/learning_rate'.
 """
 
+import inspect
 from collections import Counter
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -65,16 +70,25 @@ def identity() -> GradientTransformation:
     )
 
 
+def call_update(t, updates, state, params=None, **extra_args):
+    """`t.update(updates, state, params, **extra_args)`, the extra arguments given only if its
+    update takes `**kwargs` (optax's GradientTransformationExtraArgs protocol)."""
+    kinds = [p.kind for p in inspect.signature(t.update).parameters.values()]
+    if inspect.Parameter.VAR_KEYWORD in kinds:
+        return t.update(updates, state, params, **extra_args)
+    return t.update(updates, state, params)
+
+
 def chain(*transforms) -> GradientTransformation:
     """Apply transforms one after the other; the state is the tuple of their states."""
 
     def init(params):
         return tuple(t.init(params) for t in transforms)
 
-    def update(updates, state, params=None):
+    def update(updates, state, params=None, **extra_args):
         new_state = []
         for t, s in zip(transforms, state, strict=True):
-            updates, s = t.update(updates, s, params)
+            updates, s = call_update(t, updates, s, params, **extra_args)
             new_state.append(s)
         return updates, tuple(new_state)
 
@@ -112,10 +126,10 @@ def masked(inner, mask) -> GradientTransformation:
     def init(params):
         return MaskedState(inner.init(select(params, _resolve(mask, params))))
 
-    def update(updates, state, params=None):
+    def update(updates, state, params=None, **extra_args):
         m = _resolve(mask, updates)
         chosen = None if params is None else select(params, m)
-        new, inner_state = inner.update(select(updates, m), state.inner, chosen)
+        new, inner_state = call_update(inner, select(updates, m), state.inner, chosen, **extra_args)
         return jax.tree.map(lambda keep, n, u: n if keep else u, m, new, updates), MaskedState(
             inner_state
         )
@@ -148,10 +162,9 @@ def partition(transforms: dict, labels) -> GradientTransformation:
             )
         return PartitionState(dict(zip(transforms, parts.init(params))))
 
-    def update(updates, state, params=None):
-        updates, states = parts.update(
-            updates, tuple(state.inner_states[k] for k in transforms), params
-        )
+    def update(updates, state, params=None, **extra_args):
+        inner = tuple(state.inner_states[k] for k in transforms)
+        updates, states = parts.update(updates, inner, params, **extra_args)
         return updates, PartitionState(dict(zip(transforms, states)))
 
     return GradientTransformation(init, update)

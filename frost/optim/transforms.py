@@ -4,10 +4,13 @@ Each transform is a `GradientTransformation(init, update)` with one NamedTuple s
 rule is written for one array (`rule(g, m, ...)`) and lifted to trees with `jax.tree.map`.
 Hyper-parameters a run may change (learning rate, weight decay, momentum, betas) are float32
 scalars in the state (see base.get_hyperparams); constants (eps, step counts) are closed over.
-State buffers (moments, traces) are at least float32 unless `state_dtype` says otherwise: a
-bfloat16 gradient is cast up to its buffer's dtype, the rule runs there, and the update is cast
-back, so bfloat16 parameters train with float32 moments and still get bfloat16 updates.
+State buffers (moments, traces) are at least float32 unless `mu_dtype` says otherwise (optax's
+name; `accumulator_dtype` for `trace`; `state_dtype`, both buffers, for Sophia): a bfloat16
+gradient is cast up to its buffer's dtype, the rule runs there, and the update is cast back, so
+bfloat16 parameters train with float32 moments and still get bfloat16 updates.
 Tests run with strict dtype promotion, so every mixed-dtype operation is an explicit cast.
+Complex parameters work as in optax: squares are |g|² = g·conj(g) (Adam's second moment, the
+global norm), and the training step conjugates complex gradients before the update.
 """
 
 from collections.abc import Callable
@@ -20,11 +23,14 @@ from frost.optim.base import (
     EmptyState,
     GradientTransformation,
     MaskedNode,
+    call_update,
     find_states,
     hyperparam,
+    identity,
     map_states,
     masked,
 )
+from frost.tree import where
 
 Updates = Any  # a tree shaped like the params
 
@@ -35,11 +41,19 @@ def _cast(h, x):
 
 def _zeros(tree, dtype=None):
     """A state buffer shaped like `tree`: in `dtype`, else in the leaf's dtype but at least float32
-    (so bfloat16 parameters get float32 moments; pass state_dtype=jnp.bfloat16 to halve them)."""
+    (so bfloat16 parameters get float32 moments; pass mu_dtype=jnp.bfloat16 to halve them)."""
     return jax.tree.map(
         lambda p: jnp.zeros(p.shape, dtype or (p.dtype if p.dtype.itemsize >= 4 else jnp.float32)),
         tree,
     )
+
+
+def _real_zeros(name, tree, dtype=None):
+    """_zeros for a rule with no complex form (a sign, an orthogonalisation, a Hessian estimate):
+    complex parameters are refused here, at init, with one error."""
+    if any(jnp.iscomplexobj(p) for p in jax.tree.leaves(tree)):
+        raise ValueError(f"{name} does not support complex parameters; adam, adamw and sgd do")
+    return _zeros(tree, dtype)
 
 
 def _lift(rule, u, state, *fields, **changes):
@@ -62,6 +76,12 @@ def _stateless(fn) -> GradientTransformation:
     )
 
 
+def is_off(x) -> bool:
+    """True for a weight decay or momentum that builds no transform: None or a concrete 0 (a
+    traced value, as under optax.inject_hyperparams, always builds the transform)."""
+    return x is None or (isinstance(x, (int, float)) and x == 0)
+
+
 def _need_params(name, params):
     if params is None:
         raise ValueError(f"{name} needs the parameters: call opt.update(grads, state, params)")
@@ -75,9 +95,13 @@ def all_finite(tree) -> jax.Array:
 
 
 def global_norm(tree) -> jax.Array:
-    """sqrt(sum of squares of every element of every leaf), accumulated in float32 (or wider)."""
-    wide = lambda x: x if x.dtype.itemsize >= 4 else x.astype(jnp.float32)  # noqa: E731
-    return jnp.sqrt(sum(jnp.sum(jnp.square(wide(x))) for x in jax.tree.leaves(tree)))
+    """sqrt(sum of |x|² over every element of every leaf), accumulated in float32 (or wider)."""
+
+    def sum_sq(x):
+        x = x if x.dtype.itemsize >= 4 else x.astype(jnp.float32)
+        return jnp.sum(jnp.real(x * jnp.conj(x)))
+
+    return jnp.sqrt(sum(sum_sq(x) for x in jax.tree.leaves(tree)))
 
 
 # --- scaling and clipping -------------------------------------------------------------------
@@ -146,7 +170,10 @@ def add_decayed_weights(weight_decay: float = 0.0, mask=None) -> GradientTransfo
     """u -> u + weight_decay * params, where `mask` (see base.masked) is True (everywhere if None).
 
     Before an adaptive scaling this is L2 regularisation (torch.optim.Adam's weight_decay); after
-    it and before the learning rate it is decoupled weight decay (Loshchilov & Hutter 2019)."""
+    it and before the learning rate it is decoupled weight decay (Loshchilov & Hutter 2019).
+    A weight decay of None or a concrete 0 builds `identity()`: no state, no params needed."""
+    if is_off(weight_decay):
+        return identity()
 
     def update(u, state, params=None):
         _need_params("add_decayed_weights", params)
@@ -167,7 +194,7 @@ class TraceState(NamedTuple):
 
 
 def trace(
-    momentum: float = 0.9, nesterov: bool = False, state_dtype=None
+    momentum: float = 0.9, nesterov: bool = False, accumulator_dtype=None
 ) -> GradientTransformation:
     """Momentum as torch.optim.SGD: t <- g + momentum * t; output t, or with Nesterov momentum
     (Sutskever et al. 2013) g + momentum * t."""
@@ -181,7 +208,7 @@ def trace(
         return _lift(rule, u, state, "trace")
 
     return GradientTransformation(
-        lambda params: TraceState(_zeros(params, state_dtype), hyperparam(momentum)), update
+        lambda params: TraceState(_zeros(params, accumulator_dtype), hyperparam(momentum)), update
     )
 
 
@@ -194,16 +221,17 @@ class AdamState(NamedTuple):
 
 
 def scale_by_adam(
-    b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, eps_root: float = 0.0, state_dtype=None
+    b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, eps_root: float = 0.0, mu_dtype=None
 ) -> GradientTransformation:
-    """Adam (Kingma & Ba 2015): m <- b1 m + (1-b1) g;  v <- b2 v + (1-b2) g²;
-    u = m̂ / (sqrt(v̂ + eps_root) + eps) with m̂ = m / (1 - b1^t), v̂ = v / (1 - b2^t)."""
+    """Adam (Kingma & Ba 2015): m <- b1 m + (1-b1) g;  v <- b2 v + (1-b2) |g|²;
+    u = m̂ / (sqrt(v̂ + eps_root) + eps) with m̂ = m / (1 - b1^t), v̂ = v / (1 - b2^t).
+    `mu_dtype` sets m's dtype (optax's keyword); v is at least float32."""
 
     def init(params):
         return AdamState(
             jnp.zeros([], jnp.int32),
-            _zeros(params, state_dtype),
-            _zeros(params, state_dtype),
+            _zeros(params, mu_dtype),
+            _zeros(params),
             hyperparam(b1),
             hyperparam(b2),
         )
@@ -215,11 +243,13 @@ def scale_by_adam(
             1 - jax.lax.pow(state.b2, t),
         )  # bias corrections, in float32
 
-        def rule(g, m, v):
-            beta1, beta2 = _cast(state.b1, g), _cast(state.b2, g)
+        def rule(g, m, v):  # g in m's dtype; v's may differ (mu_dtype)
+            beta1, beta2 = _cast(state.b1, m), _cast(state.b2, v)
             m = (1 - beta1) * g + beta1 * m
-            v = (1 - beta2) * g * g + beta2 * v
-            return (m / _cast(c1, m)) / (jnp.sqrt(v / _cast(c2, v) + eps_root) + eps), m, v
+            g = g.astype(v.dtype)
+            v = (1 - beta2) * (g * jnp.conj(g)) + beta2 * v
+            m_hat = (m / _cast(c1, m)).astype(v.dtype)
+            return m_hat / (jnp.sqrt(v / _cast(c2, v) + eps_root) + eps), m, v
 
         return _lift(rule, u, state, "mu", "nu", count=t)
 
@@ -232,7 +262,7 @@ class LionState(NamedTuple):
     b2: jax.Array
 
 
-def scale_by_lion(b1: float = 0.9, b2: float = 0.99, state_dtype=None) -> GradientTransformation:
+def scale_by_lion(b1: float = 0.9, b2: float = 0.99, mu_dtype=None) -> GradientTransformation:
     """Lion (Chen et al. 2023): u = sign((1-b1) g + b1 m);  m <- (1-b2) g + b2 m."""
 
     def update(u, state, params=None):
@@ -243,7 +273,9 @@ def scale_by_lion(b1: float = 0.9, b2: float = 0.99, state_dtype=None) -> Gradie
         return _lift(rule, u, state, "mu")
 
     return GradientTransformation(
-        lambda params: LionState(_zeros(params, state_dtype), hyperparam(b1), hyperparam(b2)),
+        lambda params: LionState(
+            _real_zeros("lion", params, mu_dtype), hyperparam(b1), hyperparam(b2)
+        ),
         update,
     )
 
@@ -281,7 +313,7 @@ def scale_by_sophia(
     def init(params):
         return SophiaState(
             jnp.zeros([], jnp.int32),
-            _zeros(params, state_dtype),
+            _real_zeros("sophia", params, state_dtype),
             _zeros(params, state_dtype),
             jnp.array(-1, jnp.int32),
             jnp.array(interval, jnp.int32),
@@ -376,6 +408,7 @@ def gauss_newton_bartlett(logits_fn: Callable, params, *, key) -> Updates:
 
 
 class MuonState(NamedTuple):
+    count: jax.Array
     mu: Updates
     momentum: jax.Array
 
@@ -395,13 +428,27 @@ def newton_schulz(x, steps: int = 5, eps: float = 1e-7):
 
 
 def scale_by_muon(
-    momentum: float = 0.95, nesterov: bool = True, ns_steps: int = 5, state_dtype=None
+    momentum: float = 0.95,
+    nesterov: bool = True,
+    ns_steps: int = 5,
+    mu_dtype=None,
+    bias_correction: bool = False,
 ) -> GradientTransformation:
     """Muon (Jordan et al. 2024) for 2-D weights W (in, out):
     m <- momentum m + (1-momentum) g;  v = momentum m + (1-momentum) g if nesterov else m;
-    u = newton_schulz(v) * sqrt(max(1, out / in))."""
+    u = newton_schulz(v) * sqrt(max(1, out / in)).
+    `bias_correction=True` is optax.contrib.muon's variant: at step t, m / (1 - momentum^(t+1))
+    and g / (1 - momentum^t) in the Nesterov mix (m / (1 - momentum^t) without Nesterov)."""
 
     def update(u, state, params=None):
+        t = state.count + 1
+        c_now = c_next = jnp.ones([], jnp.float32)
+        if bias_correction:
+            c_now, c_next = (
+                1 - jax.lax.pow(state.momentum, t),
+                1 - jax.lax.pow(state.momentum, t + 1),
+            )
+
         def rule(g, m):
             if g.ndim != 2:
                 raise ValueError(
@@ -410,17 +457,20 @@ def scale_by_muon(
                 )
             mom = _cast(state.momentum, g)
             m = mom * m + (1 - mom) * g
-            v = mom * m + (1 - mom) * g if nesterov else m
+            m_hat, g_hat = m / _cast(c_next, m), g / _cast(c_now, g)
+            v = mom * m_hat + (1 - mom) * g_hat if nesterov else m / _cast(c_now, m)
             return newton_schulz(v, ns_steps) * max(1.0, g.shape[1] / g.shape[0]) ** 0.5, m
 
-        return _lift(rule, u, state, "mu")
+        return _lift(rule, u, state, "mu", count=t)
 
-    return GradientTransformation(
-        lambda params: MuonState(_zeros(params, state_dtype), hyperparam(momentum)), update
-    )
+    def init(params):
+        mu = _real_zeros("muon", params, mu_dtype)
+        return MuonState(jnp.zeros([], jnp.int32), mu, hyperparam(momentum))
+
+    return GradientTransformation(init, update)
 
 
-# --- wrappers: parameter EMA, gradient accumulation, the non-finite guard -------------------
+# --- wrappers: parameter EMA, gradient accumulation -----------------------------------------
 
 
 class EmaState(NamedTuple):
@@ -467,67 +517,17 @@ def accumulate(inner, k: int) -> GradientTransformation:
             inner.init(params), jax.tree.map(jnp.zeros_like, params), jnp.zeros([], jnp.int32)
         )
 
-    def update(u, state, params=None):
+    def update(u, state, params=None, **extra_args):
         n = state.micro_step
         # running mean
         acc = jax.tree.map(lambda a, g: a + (g - a) / (n + 1).astype(g.dtype), state.acc, u)
         emit = n == k - 1
         out, inner_state = jax.lax.cond(
             emit,
-            lambda: inner.update(acc, state.inner, params),
+            lambda: call_update(inner, acc, state.inner, params, **extra_args),
             lambda: (jax.tree.map(jnp.zeros_like, acc), state.inner),
         )
-        acc = jax.tree.map(lambda a: jnp.where(emit, jnp.zeros_like(a), a), acc)
+        acc = where(emit, jax.tree.map(jnp.zeros_like, acc), acc)
         return out, AccumulateState(inner_state, acc, (n + 1) % k)
 
     return GradientTransformation(init, update)
-
-
-def update_if(ok, inner, u, inner_state, params=None):
-    """`inner.update(u, inner_state, params)` where the boolean scalar `ok` is True; otherwise zero
-    updates and `inner_state` exactly as it was (the one skip rule of skip_nonfinite and
-    frost.nn.precision.dynamic_scaling)."""
-    out, new_state = inner.update(u, inner_state, params)
-    new_state = jax.tree.map(lambda new, old: jnp.where(ok, new, old), new_state, inner_state)
-    return jax.tree.map(lambda x: jnp.where(ok, x, jnp.zeros_like(x)), out), new_state
-
-
-class GuardState(NamedTuple):
-    inner: Any
-    skipped: jax.Array  # steps skipped so far
-    consecutive: jax.Array  # steps skipped since the last good one
-
-
-def skip_nonfinite(inner) -> GradientTransformation:
-    """Skip every step whose gradients hold a NaN or an Inf: return zero updates, leave inner's
-    state exactly as it was, and count the skip (see `skipped_steps`). Put it outermost, around
-    `accumulate(...)`, so a bad micro-batch is dropped without spoiling the window."""
-
-    def init(params):
-        return GuardState(inner.init(params), jnp.zeros([], jnp.int32), jnp.zeros([], jnp.int32))
-
-    def update(u, state, params=None):
-        ok = all_finite(u)
-        out, inner_state = update_if(ok, inner, u, state.inner, params)
-        bad = (~ok).astype(jnp.int32)
-        return out, GuardState(inner_state, state.skipped + bad, (state.consecutive + 1) * bad)
-
-    return GradientTransformation(init, update)
-
-
-def skipped_steps(state, max_consecutive: int = 10) -> int:
-    """For the training loop, outside jit: raise once the guard has skipped `max_consecutive`
-    steps in a row; otherwise return the number of steps skipped so far."""
-    found = find_states(state, GuardState)
-    if len(found) != 1:
-        raise ValueError(
-            f"skipped_steps expects one skip_nonfinite(...) in the optimizer, found {len(found)}"
-        )
-    consecutive, skipped = int(found[0].consecutive), int(found[0].skipped)
-    if consecutive >= max_consecutive:
-        raise FloatingPointError(
-            f"the last {consecutive} steps had NaN or Inf gradients and were skipped ({skipped} "
-            "skipped in all): training has diverged. Lower the learning rate, add "
-            "clip_by_global_norm, or look for NaNs in the data and the loss."
-        )
-    return skipped

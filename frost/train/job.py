@@ -26,7 +26,6 @@ import jax
 from frost import atomic, optim, parallel
 from frost import data as fdata
 from frost.config import UsageError, flag
-from frost.nn import precision
 from frost.optim.registry import build, frost_own, resolve
 from frost.train import loop
 
@@ -106,7 +105,7 @@ def make_optimizer(job, cfg, steps: int):
     with --precision fp16, inside dynamic loss scaling."""
     extra = job.optimizer_args(cfg) if frost_own(cfg.optimizer) else {}
     opt = build(cfg.optimizer, job.schedule(cfg, steps), weight_decay=cfg.weight_decay, **extra)
-    return precision.dynamic_scaling(opt) if cfg.precision == "fp16" else opt
+    return optim.scaling.dynamic_scaling(opt) if cfg.precision == "fp16" else opt
 
 
 def run(job, cfg, progress: bool = True) -> dict:
@@ -175,7 +174,7 @@ def run(job, cfg, progress: bool = True) -> dict:
         else eval_fn(state.model)
     )
     # with fp16: the overflow count
-    scaled = optim.find_states(state.opt_state, precision.ScaledState)
+    scaled = optim.find_states(state.opt_state, optim.scaling.ScaledState)
     result = {f"{job.eval_name}_{k}": v for k, v in final.items()}  # test_accuracy, ...
     result.update(steps=state.step, skipped=state.skipped, seconds=seconds)
     done = (state.step - first_step) * cfg.batch_size * d.per_row  # images or tokens

@@ -40,6 +40,7 @@ from frost.optim import (
     global_norm,
     update_hessian,
 )
+from frost.optim.scaling import ScaledState
 from frost.train import metrics as metrics_log
 from frost.train.losses import HESSIAN, classification_loss, eval_sums
 from frost.tree import where
@@ -78,8 +79,9 @@ def train_step(
 
     `precision` ("fp32", "bf16", "fp16"; frost.nn.precision) runs the forward and backward pass
     in that dtype with float32 parameters, moments and loss. fp16 needs the optimizer wrapped in
-    `precision.dynamic_scaling`: the loss is multiplied by its scale here, and it skips the
-    updates whose gradients overflow (counted in metrics["overflow_skipped"], not as non-finite)."""
+    `frost.optim.scaling.dynamic_scaling`: the loss is multiplied by its scale here, and it skips
+    the updates whose gradients overflow (counted in metrics["overflow_skipped"], not as
+    non-finite)."""
     if hessian is not None and hessian not in HESSIAN:
         raise ValueError(f"hessian={hessian!r}: choose one of {', '.join(HESSIAN)}")
     policy = mixed.policy(precision)
@@ -93,10 +95,10 @@ def train_step(
 
     def step(model, opt_state, batch, key):
         batch = prepare(batch)
-        scaled = find_states(opt_state, mixed.ScaledState)
+        scaled = find_states(opt_state, ScaledState)
         if precision == "fp16" and not scaled:
             raise ValueError(
-                "precision='fp16' needs the optimizer wrapped in frost.nn.precision.dynamic_scaling"
+                "precision='fp16' needs the optimizer in frost.optim.scaling.dynamic_scaling"
             )
         # fp16: the gradient is of loss * scale
         scale = scaled[0].scale.scale if scaled else jnp.float32(1)
@@ -117,9 +119,7 @@ def train_step(
         finite = finite if scaled else finite & all_finite(grads)
         metrics = dict(metrics, loss=loss, finite=finite, grad_norm=global_norm(grads) / scale)
         if scaled:
-            metrics["overflow_skipped"] = find_states(new_opt_state, mixed.ScaledState)[
-                0
-            ].scale.skipped
+            metrics["overflow_skipped"] = find_states(new_opt_state, ScaledState)[0].scale.skipped
         metrics.update(_learning_rate(new_opt_state))
         return where(finite, new_model, model), where(finite, new_opt_state, opt_state), metrics
 
