@@ -218,3 +218,30 @@ def test_end_of_text_string_in_a_document_is_text(tok, tmp_path):
     want = tok.encode(doc, special="text") + [tok.special[EOT]]
     assert EOT.encode() in tok.decode_bytes(want[:-1])
     np.testing.assert_array_equal(read(m, "train"), want)
+
+
+def test_train_gpt_on_a_parquet_folder_with_a_gpt2_tokenizer(docs, tmp_path, capsys):
+    """The README's command, tiny: train two steps, then sample from the run."""
+    from test_interop import write_gpt2_tokenizer_files
+
+    from frost.cli import main as cli
+
+    gpt2 = text.train("".join(docs), 300, pattern=text_io.GPT2_PATTERN, special_tokens=[EOT])
+    (tmp_path / "gpt2").mkdir()
+    write_gpt2_tokenizer_files(gpt2, tmp_path / "gpt2")
+    (tmp_path / "pq").mkdir()
+    for k in range(3):
+        pq.write_table(pa.table({"text": docs[k::3]}), tmp_path / "pq" / f"{k}.parquet")
+    run = tmp_path / "run"
+    argv = ["train", "gpt", "--data", str(tmp_path / "pq"), "--tokenizer", str(tmp_path / "gpt2")]
+    small = ["--dim", "16", "--depth", "1", "--heads", "2", "--seq-len", "16", "--batch-size", "4"]
+    opts = ["--max-steps", "2", "--epochs", "1", "--out", str(run)]
+    assert cli([*argv, *small, *opts, "--token-cache", str(tmp_path / "cache")]) == 0
+    assert "corpus: " in capsys.readouterr().out
+    assert cli(["sample", str(run), "--tokens", "4", "--prompt", "In the"]) == 0
+    assert capsys.readouterr().out.startswith("In the")
+    # a --tokenizer with kjv is refused, naming the flag
+    assert (
+        cli(["train", "gpt", "--tokenizer", str(tmp_path / "gpt2"), "--out", str(run) + "2"]) == 2
+    )
+    assert "--tokenizer" in capsys.readouterr().err
