@@ -105,12 +105,9 @@ def is_corpus(name: str) -> bool:
 
 def find(name: str) -> list[pathlib.Path]:
     """The files of the corpus `name`, sorted: a file, a folder (searched recursively) or a glob
-    of .txt/.jsonl/.parquet files, or a `datasets` save_to_disk folder (its .arrow files)."""
+    of .txt/.jsonl/.parquet files, or a `datasets` save_to_disk folder (its .arrow files; of a
+    DatasetDict, give one split's folder)."""
     path = pathlib.Path(name)
-    if (path / "dataset_dict.json").is_file():
-        raise UsageError(
-            f"--data {name}: a DatasetDict; give one split's folder, e.g. {path}/train"
-        )
     if (path / "state.json").is_file():  # a datasets.Dataset.save_to_disk folder
         needs("pyarrow", f"--data {name}", "pyarrow")
         state = json.loads((path / "state.json").read_text())
@@ -127,13 +124,6 @@ def find(name: str) -> list[pathlib.Path]:
     if any(p.suffix == ".parquet" for p in files):
         needs("pyarrow", f"--data {name} (parquet files)", "pyarrow")
     return files
-
-
-def _field(doc, key: str, where: str) -> str:
-    if not isinstance(doc, dict) or not isinstance(doc.get(key), str):
-        keys = list(doc) if isinstance(doc, dict) else type(doc).__name__
-        raise UsageError(f"{where}: no text under --text-key {key!r} (it has {keys})")
-    return doc[key]
 
 
 def _columns(batches, column: str, path) -> Iterator[tuple[str, bool]]:
@@ -155,12 +145,17 @@ def pieces(path, key: str = "text", column: str = "text") -> Iterator[tuple[str,
     elif path.suffix == ".jsonl":
         with open(path, encoding="utf-8") as f:
             for n, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
                 try:
-                    doc = json.loads(line) if line.strip() else None
+                    doc = json.loads(line)
                 except json.JSONDecodeError as e:
                     raise UsageError(f"{path} line {n}: not JSON ({e.msg})") from None
-                if doc is not None:
-                    yield _field(doc, key, f"{path} line {n}"), True
+                if not isinstance(doc, dict) or not isinstance(doc.get(key), str):
+                    raise UsageError(
+                        f"{path} line {n}: no text under --text-key {key!r} ({line[:60]!r})"
+                    )
+                yield doc[key], True
     elif path.suffix == ".parquet":
         import pyarrow.parquet as pq
 
@@ -236,24 +231,14 @@ def tokenizer(files, path, vocab_size: int, chars: int, cache, key="text", colum
     return text.load(target)
 
 
-class _Shards:
-    """Token files `name_00000.bin`, ... of about SHARD_TOKENS tokens each, in `folder`."""
-
-    def __init__(self, folder: pathlib.Path, name: str, dtype):
-        self.folder, self.name, self.dtype, self.files, self.f = folder, name, dtype, [], None
-
-    def write(self, ids: np.ndarray) -> None:
-        if self.f is None or self.files[-1][1] >= SHARD_TOKENS:  # the next shard
-            self.close()
-            self.files.append([f"{self.name}_{len(self.files):05d}.bin", 0])
-            self.f = open(self.folder / self.files[-1][0], "wb")  # noqa: SIM115
-        self.f.write(ids.astype(self.dtype).tobytes())
-        self.files[-1][1] += len(ids)
-
-    def close(self) -> list:
-        if self.f is not None:
-            self.f.close()
-        return self.files
+def _append(folder: pathlib.Path, shards: list, part: str, ids: np.ndarray, dtype) -> None:
+    """Add `ids` to the last of the shard files `shards` ([[name, tokens], ...]) of `part`,
+    starting `part_00001.bin`, ... once it holds SHARD_TOKENS."""
+    if not shards or shards[-1][1] >= SHARD_TOKENS:
+        shards.append([f"{part}_{len(shards):05d}.bin", 0])
+    with open(folder / shards[-1][0], "ab") as f:
+        f.write(ids.astype(dtype).tobytes())
+    shards[-1][1] += len(ids)
 
 
 def _batches(files, key, column) -> Iterator[tuple[list[str], np.ndarray]]:
@@ -292,7 +277,7 @@ def prepare(files, tok, cache, key="text", column="text", workers=None, progress
 def _encode(files, tok, folder: pathlib.Path, key, column, workers) -> dict:
     base, dtype = getattr(tok, "tok", tok), text.token_dtype(tok.vocab_size)
     renumber = np.asarray(tok.ids, np.int64) if hasattr(tok, "ids") else None
-    shards = {part: _Shards(folder, part, dtype) for part in ("train", "val")}
+    shards = {"train": [], "val": []}
     batches, texts = tee(_batches(files, key, column))
     docs = 0
     for (_, ends), (flat, lengths) in zip(
@@ -302,15 +287,14 @@ def _encode(files, tok, folder: pathlib.Path, key, column, workers) -> dict:
         ids = ids if renumber is None else renumber[ids]
         doc = docs + np.cumsum(ends) - ends  # (pieces,) the document of each piece
         val = np.repeat(doc % VAL_EVERY == VAL_EVERY - 1, lengths + ends)  # (tokens,)
-        shards["train"].write(ids[~val])
-        shards["val"].write(ids[val])
+        _append(folder, shards["train"], "train", ids[~val], dtype)
+        _append(folder, shards["val"], "val", ids[val], dtype)
         docs += int(ends.sum())
-    parts = {part: s.close() for part, s in shards.items()}
     return {
         "format": "frost-tokens",
         "version": 1,
         "dtype": np.dtype(dtype).name,
-        **parts,
+        **shards,
         "documents": docs,
         "vocab_size": tok.vocab_size,
         "files": [str(p) for p in files],

@@ -142,21 +142,11 @@ class LMConfig(Config):
     dim: int = option(192, "model width", whole(1))
     depth: int = option(4, "transformer blocks", whole(1))
     heads: int = option(4, "attention heads (must divide --dim)", whole(1))
-    tokenizer: str | None = option(
-        None,
-        "a corpus's tokenizer instead of training one: a Frost tokenizer.json or a GPT-2 folder "
-        "(vocab.json + merges.txt, or encoder.json + vocab.bpe)",
-    )
-    tokenizer_sample: int = option(
-        100_000_000,
-        "characters of a corpus the tokenizer is trained on (from every file)",
-        whole(1),
-    )
+    tokenizer: str | None = option(None, "a corpus's Frost tokenizer.json or GPT-2 folder")
+    tokenizer_sample: int = option(10**8, "characters the tokenizer is trained on", whole(1))
     text_key: str = option("text", "the text field of .jsonl documents")
     text_column: str = option("text", "the text column of .parquet and datasets documents")
-    token_cache: str = option(
-        "~/.cache/frost/tokens", "where a corpus's token shards are made once and kept"
-    )
+    token_cache: str = option("~/.cache/frost/tokens", "where a corpus's token shards are kept")
     epochs: int = 3
     batch_size: int = 32
     optimizer: str = "adamw"
