@@ -240,8 +240,35 @@ def test_train_gpt_on_a_parquet_folder_with_a_gpt2_tokenizer(docs, tmp_path, cap
     assert "corpus: " in capsys.readouterr().out
     assert cli(["sample", str(run), "--tokens", "4", "--prompt", "In the"]) == 0
     assert capsys.readouterr().out.startswith("In the")
+    # without --tokenizer: Frost's BPE trained on a sample, kept in the run for `frost sample`
+    run2, trained = (
+        ["--out", str(tmp_path / "run2")],
+        ["--vocab-size", "300", "--tokenizer-sample", "20000"],
+    )
+    assert (
+        cli(
+            [
+                *argv[:4],
+                *small,
+                *opts[:4],
+                *run2,
+                *trained,
+                "--token-cache",
+                str(tmp_path / "cache"),
+            ]
+        )
+        == 0
+    )
+    assert text.load(tmp_path / "run2" / "tokenizer.json").vocab_size == 300
+    capsys.readouterr()
+    assert cli(["sample", str(tmp_path / "run2"), "--tokens", "4", "--prompt", "In the"]) == 0
+    assert capsys.readouterr().out.startswith("In the")
     # a --tokenizer with kjv is refused, naming the flag
     assert (
-        cli(["train", "gpt", "--tokenizer", str(tmp_path / "gpt2"), "--out", str(run) + "2"]) == 2
+        cli(
+            ["train", "gpt", "--tokenizer", str(tmp_path / "gpt2"), "--out", str(tmp_path / "run3")]
+        )
+        == 2
     )
     assert "--tokenizer" in capsys.readouterr().err
+    assert not (tmp_path / "run3").exists()
