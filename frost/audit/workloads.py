@@ -4,7 +4,7 @@ one program with no host traffic.
 
     gpt-s, gpt-m      a GPT with rotary positions (frost.models.gpt) on KJV, or any UTF-8 file,
                       tokenised with Frost's byte-level BPE (512 tokens, trained on the first 95%
-                      by frost.train.lm.prepare_corpus; the rest is the held-out part)
+                      by frost.data.corpus.prepare_text; the rest is the held-out part)
     image-s, image-m  an MLP on Fashion-MNIST, or any image folder with train/ (and test/)
                       sub-folders (frost.data.load_images)
 
@@ -27,9 +27,9 @@ import numpy as np
 from frost import data as fdata
 from frost import nn, text
 from frost.config import UsageError
+from frost.data import corpus
 from frost.models import gpt
-from frost.train import image, lm
-from frost.train.configs import LMConfig
+from frost.train import image
 from frost.train.losses import eval_sums
 
 VOCAB, SEQ_LEN, EVAL_WINDOWS, EVAL_IMAGES = 512, 64, 64, 2000
@@ -133,9 +133,7 @@ def load(kind: str, source: str | None, out: pathlib.Path, progress: bool = True
 def _text(source, folder: pathlib.Path, progress):
     folder.mkdir(parents=True, exist_ok=True)
     # made once: reused from `folder` when the audit restarts
-    tok = lm.prepare_corpus(
-        LMConfig(data=source, vocab_size=VOCAB, seq_len=SEQ_LEN, batch_size=8), folder, progress
-    )
+    tok = corpus.prepare_text(source, folder, VOCAB, None, 8 * SEQ_LEN + 1, progress)
     dtype = text.token_dtype(tok.vocab_size)
     train, val = (np.fromfile(folder / f, dtype).astype(np.int32) for f in ("train.bin", "val.bin"))
     windows = min(EVAL_WINDOWS, (len(val) - 1) // SEQ_LEN)

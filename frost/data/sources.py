@@ -181,27 +181,34 @@ class ImageFolder:
 
 
 class TokenWindows:
-    """A flat token file (memory-mapped uint16/uint32) as windows `(x, y)`: y is x shifted by one.
+    """Flat token files (memory-mapped uint16/uint32) as windows `(x, y)`: y is x shifted by one.
 
     Window i starts at token i * stride (stride defaults to seq_len: non-overlapping windows),
-    so `x = tokens[s : s + seq_len]`, `y = tokens[s + 1 : s + seq_len + 1]`, both int32.
+    so `x = tokens[s : s + seq_len]`, `y = tokens[s + 1 : s + seq_len + 1]`, both int32. `path`:
+    one file, or a list of shard files whose windows follow one another (none spans two shards).
     """
 
     def __init__(self, path, seq_len: int, dtype="uint16", stride: int | None = None):
-        self.path, self.seq_len, self.stride = str(path), int(seq_len), int(stride or seq_len)
+        self.paths = [str(p) for p in (path if isinstance(path, (list, tuple)) else [path])]
+        self.path, self.seq_len, self.stride = self.paths[0], int(seq_len), int(stride or seq_len)
         self.dtype = np.dtype(dtype)
         if self.dtype not in (np.uint16, np.uint32):
             raise ValueError(f"TokenWindows: dtype must be uint16 or uint32, got {self.dtype}")
-        nbytes = os.path.getsize(self.path)
-        if nbytes % self.dtype.itemsize:
-            raise ValueError(
-                f"{self.path}: {nbytes} bytes is not a whole number of {self.dtype} tokens"
-            )
-        count = nbytes // self.dtype.itemsize
-        self.windows = max(0, (count - 1 - self.seq_len) // self.stride + 1)
+        counts = []
+        for p in self.paths:
+            nbytes = os.path.getsize(p)
+            if nbytes % self.dtype.itemsize:
+                raise ValueError(
+                    f"{p}: {nbytes} bytes is not a whole number of {self.dtype} tokens"
+                )
+            counts.append(nbytes // self.dtype.itemsize)
+        per_shard = [max(0, (count - 1 - self.seq_len) // self.stride + 1) for count in counts]
+        self._starts = np.cumsum([0] + per_shard)  # (shards + 1,) the first window of each shard
+        self.windows = int(self._starts[-1])
         if self.windows == 0:
             raise ValueError(
-                f"{self.path} holds {count} tokens, too few for one window of {self.seq_len} + 1"
+                f"{self.path}{f' and {len(self.paths) - 1} more' if len(self.paths) > 1 else ''} "
+                f"hold {sum(counts)} tokens, too few for one window of {self.seq_len} + 1"
             )
         self._tokens = None
 
@@ -209,12 +216,14 @@ class TokenWindows:
         return self.windows
 
     def __getitem__(self, i):
-        if self._tokens is None:  # opened lazily, so a pickled source maps the file in each worker
-            self._tokens = np.memmap(self.path, self.dtype, mode="r")
+        if self._tokens is None:  # opened lazily, so a pickled source maps the files in each worker
+            self._tokens = [np.memmap(p, self.dtype, mode="r") for p in self.paths]
         if not -self.windows <= i < self.windows:
             raise IndexError(f"window {i} out of range for {self.windows} windows")
-        s = (i % self.windows) * self.stride
-        chunk = np.asarray(self._tokens[s : s + self.seq_len + 1], np.int32)
+        i %= self.windows
+        shard = int(np.searchsorted(self._starts, i, side="right")) - 1
+        s = (i - int(self._starts[shard])) * self.stride
+        chunk = np.asarray(self._tokens[shard][s : s + self.seq_len + 1], np.int32)
         return chunk[:-1], chunk[1:]
 
     def __getstate__(self):

