@@ -3,7 +3,10 @@ a module imports only from its own floor or below, and `audit` and `rl` use only
 `train`, `data` and `text`."""
 
 import ast
+import os
 import pathlib
+import subprocess
+import sys
 
 FLOORS = [
     {"atomic", "config", "kernels", "tree"},
@@ -69,3 +72,26 @@ def test_nn_does_not_import_optim():
         if target == "optim"
     ]
     assert not wrong, "\n".join(wrong)
+
+
+def test_every_module_imports_first():
+    """Each module imports as the first frost module of a process: an import cycle (such as
+    frost.datasets -> frost.data -> frost.datasets) fails here, whatever order the package's own
+    __init__ happens to use. One subprocess; frost's modules are dropped between imports."""
+    modules = [
+        ".".join(("frost",) + p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        for p in sorted(ROOT.rglob("*.py"))
+    ]
+    script = (
+        "import importlib, sys\n"
+        f"for name in {modules!r}:\n"
+        "    for m in [m for m in sys.modules if m == 'frost' or m.startswith('frost.')]:\n"
+        "        del sys.modules[m]\n"
+        "    try:\n"
+        "        importlib.import_module(name)\n"
+        "    except Exception as e:\n"
+        "        print(name, type(e).__name__, e)\n"
+    )
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env)
+    assert out.returncode == 0 and not out.stdout, out.stdout + out.stderr

@@ -26,9 +26,11 @@ class Images(NamedTuple):
     pre: tuple  # transforms to run before augmentation (a folder's Resize)
 
 
-DATASETS = {  # name: (loader of (images, labels) per split, crop padding, normalisation mean/std)
-    "fashion-mnist": (datasets.fashion_mnist, 2, (0.2860,), (0.3530,)),
-    "cifar10": (datasets.cifar10, 4, (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
+# name: (the frost.datasets function that reads (images, labels) per split, crop padding,
+# normalisation mean/std); named, not referenced, as frost.datasets itself imports frost.data
+DATASETS = {
+    "fashion-mnist": ("fashion_mnist", 2, (0.2860,), (0.3530,)),
+    "cifar10": ("cifar10", 4, (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
 }
 
 
@@ -37,7 +39,8 @@ def load_images(name: str, limit: int | None = None, image_size: int = 32) -> Im
     image folders), its first `limit` images of each split; folders' images resized to
     `image_size`. UsageError when it is neither."""
     if name in DATASETS:
-        read, pad, mean, std = DATASETS[name]
+        reader, pad, mean, std = DATASETS[name]
+        read = getattr(datasets, reader)
         (images, labels), (test_images, test_labels) = read("train"), read("test")
         return Images(
             Arrays(images[:limit], labels[:limit]),
