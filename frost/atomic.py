@@ -16,6 +16,7 @@ import io
 import os
 import pathlib
 import shutil
+from collections.abc import Iterator
 
 
 def fsync(path) -> None:
@@ -63,7 +64,7 @@ def write_png(path, figure) -> pathlib.Path:
 
 
 @contextlib.contextmanager
-def directory(path):
+def directory(path) -> Iterator[pathlib.Path]:
     """Yield an empty temporary folder beside `path`; on success, fsync its files and rename it
     to `path` (replacing an older one); on failure, remove it and leave `path` as it was."""
     path = pathlib.Path(path)

@@ -36,6 +36,7 @@ import json
 import pathlib
 import shutil
 import zlib
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -312,7 +313,7 @@ def _assemble(name: str, entry: dict, leaf, read: _Reader) -> jax.Array:
     return jax.random.wrap_key_data(array, impl=dtype[4:]) if dtype.startswith("key:") else array
 
 
-def load(path, template, strict: bool = True):
+def load(path, template, strict: bool = True) -> tuple[Any, dict]:
     """Load checkpoint `path` into the structure and shardings of `template` (arrays or
     ShapeDtypeStructs); return `(tree, meta)`. With `strict=False`, entries of the file not in
     `template` are ignored (e.g. load only {"model": ...} from a full training checkpoint)."""

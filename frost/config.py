@@ -24,6 +24,8 @@ import dataclasses
 import importlib.util
 import math
 import typing
+from collections.abc import Callable
+from typing import Any
 
 
 class FrostError(Exception):
@@ -35,7 +37,7 @@ class UsageError(FrostError, ValueError):
     """A user's mistake, with a message that names the value and says what is allowed (exit 2)."""
 
 
-def option(default, help: str, check=None, choices=None, cli: bool = True, short: str = ""):
+def option(default, help: str, check=None, choices=None, cli: bool = True, short: str = "") -> Any:
     """A config field with its help text, its check, its allowed values and its short flag
     (`-o`). A `tuple[str, ...]` field is a repeatable option (`--special A --special B`)."""
     metadata = {"help": help, "check": check, "choices": choices, "cli": cli, "short": short}
@@ -56,15 +58,15 @@ def needs(module: str, what: str, install: str) -> None:
 # --- checks: value -> None if allowed, else what is allowed ---
 
 
-def positive(x):
+def positive(x) -> str | None:
     return None if isinstance(x, (int, float)) and math.isfinite(x) and x > 0 else "must be > 0"
 
 
-def nonnegative(x):
+def nonnegative(x) -> str | None:
     return None if isinstance(x, (int, float)) and math.isfinite(x) and x >= 0 else "must be >= 0"
 
 
-def whole(low: int):
+def whole(low: int) -> Callable[[Any], str | None]:
     """A whole number (not a bool) of at least `low`."""
     return lambda x: (
         None
@@ -73,11 +75,11 @@ def whole(low: int):
     )
 
 
-def required(x):
+def required(x) -> str | None:
     return "is required" if x is None else None  # with default None: an option one must give
 
 
-def optional(check):
+def optional(check) -> Callable[[Any], str | None]:
     """`check`, but None (unset) is allowed too."""
     return lambda x: None if x is None else check(x)
 
@@ -160,7 +162,9 @@ def add_options(parser: argparse.ArgumentParser, classes, labels=None) -> None:
     parser.set_defaults(_config_options=before + tuple(seen))
 
 
-def from_args(cls, args: argparse.Namespace, command: str = "this command", also=(), **fixed):
+def from_args(
+    cls, args: argparse.Namespace, command: str = "this command", also=(), **fixed
+) -> Checked:
     """Build `cls` from the options given on the command line (plus `fixed` values). An option
     given that neither `cls` nor a class in `also` (the command's other configs, built by their
     own `from_args`) has a field for is refused, never ignored."""

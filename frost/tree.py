@@ -4,11 +4,13 @@ where(finite, new, old)        # each leaf jnp.where(finite, new_leaf, old_leaf)
 names({"model": m})            # [("model.blocks.0.conv1.weight", leaf), ...]
 """
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 
 
-def where(cond: jax.Array, a, b):
+def where(cond: jax.Array, a, b) -> Any:
     """The tree of `a` where `cond` holds and `b` elsewhere; `cond` broadcasts against each leaf
     (a scalar picks a whole tree, a (B,) vector picks per environment in a batched state)."""
 

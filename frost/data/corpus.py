@@ -62,7 +62,7 @@ def read_text(name: str) -> str:
 
 def prepare_text(
     name: str, folder, vocab_size: int, limit: int | None, need: int, progress: bool = True
-):
+) -> text.Tokenizer:
     """A tokenizer trained on the first 95% of the text `name` (cut at a line break) and its two
     parts encoded into `folder`/train.bin and val.bin; made once (tokenizer.json is written last,
     so its presence means the files are complete) and reused. `need`: the fewest training tokens
@@ -205,14 +205,16 @@ def sample(files, chars: int, key: str = "text", column: str = "text") -> Iterat
             taken += len(piece)
 
 
-def load_tokenizer(path: str):
+def load_tokenizer(path: str) -> text.Tokenizer:
     """A Frost tokenizer.json, or a GPT-2 folder (frost.text.io.load_gpt2)."""
     if pathlib.Path(path).is_dir():
         return text.io.load_gpt2(path)
     return text.load(path)
 
 
-def tokenizer(files, path, vocab_size: int, chars: int, cache, key="text", column="text", **kw):
+def tokenizer(
+    files, path, vocab_size: int, chars: int, cache, key="text", column="text", **kw
+) -> text.Tokenizer:
     """The tokenizer of a corpus: loaded from `path`, or trained on `sample(files, chars)` with
     the end-of-text token (once: kept in `cache`). `kw`: text.train's (workers, progress)."""
     if path:

@@ -40,6 +40,8 @@ import contextlib
 import itertools
 import traceback
 import weakref
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
@@ -48,7 +50,7 @@ from frost.data.transforms import sample_rng
 from frost.data.workers import Layout, Processes, Threads, WorkerError, fields_of
 
 
-def load_sample(source, transform, seed, epoch, index):
+def load_sample(source, transform, seed, epoch, index) -> Any:
     """Sample `index` of `source` as it appears in `epoch`: transformed with its own generator."""
     sample = source[int(index)]
     return sample if transform is None else transform(sample, sample_rng(seed, epoch, int(index)))
@@ -272,7 +274,7 @@ class Loader(contextlib.AbstractContextManager):
         self._next = (epoch, k + 1) if k + 1 < len(self) else (epoch + 1, 0)
 
 
-def prefetch_to_device(batches, sharding=None, size: int = 2):
+def prefetch_to_device(batches, sharding=None, size: int = 2) -> Iterator:
     """Yield `batches` already on device: while the step on batch i runs, batches i+1..i+size move.
 
     `jax.device_put` is asynchronous, so keeping `size` transfers queued overlaps them with

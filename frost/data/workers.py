@@ -38,7 +38,7 @@ class WorkerError(FrostError, RuntimeError):
         self.index, self.traceback = index, traceback
 
 
-def fields_of(sample):
+def fields_of(sample) -> list:
     if isinstance(sample, dict):
         return list(sample.values())
     return list(sample) if isinstance(sample, (tuple, list)) else [sample]

@@ -106,7 +106,7 @@ def flash_attention(
     scale: float | None = None,
     block_sizes: BlockSizes | None = None,
     interpret: bool | None = None,
-):
+) -> jax.Array:
     """Multi-head attention softmax(scale q k^T) v with the Pallas kernels; differentiable in q, k,
     v.
 
@@ -445,7 +445,7 @@ _flash.defvjp(_flash_fwd, _flash_bwd)
 
 def attention_reference(
     q, k, v, *, causal: bool = False, key_padding_mask=None, scale: float | None = None
-):
+) -> jax.Array:
     """The same function as `flash_attention`, written out in plain jnp with fp32 math.
 
     Materialises the (B, H, T, S) scores; rows with no key to attend to return zeros.

@@ -29,7 +29,9 @@ from frost.nn.attention import dot_product_attention
 from frost.nn.module import expand_to, shape_error, static
 
 
-def rotary_tables(positions, head_dim):  # (T,) -> cos, sin: (1, T, 1, D/2) each
+def rotary_tables(
+    positions, head_dim
+) -> tuple[jax.Array, jax.Array]:  # (T,) -> cos, sin: (1, T, 1, D/2) each
     """RoFormer's angles, position * 10000^(-2i/D), as cos and sin tables shared by every block.
     Positions known when tracing (numpy: training, evaluation, a prompt) give constants of the
     compiled program, as PyTorch's buffers; computed inside it, XLA fuses cos and sin into every
@@ -43,7 +45,7 @@ def rotary_tables(positions, head_dim):  # (T,) -> cos, sin: (1, T, 1, D/2) each
 
 
 # (B, T, H, D), rotary_tables -> (B, T, H, D): rotate feature pairs by position
-def rotary(x, tables):
+def rotary(x, tables) -> jax.Array:
     cos, sin = tables
     d = x.shape[-1] // 2
     x1, x2 = x[..., :d].astype(jnp.float32), x[..., d:].astype(jnp.float32)
@@ -195,7 +197,9 @@ class GPT(nn.Module):
         return tuple((jnp.zeros(shape, dtype), jnp.zeros(shape, dtype)) for _ in self.blocks)
 
 
-def sample_token(logits, key, temperature: float = 1.0, top_k: int | None = None):  # (B, V) -> (B,)
+def sample_token(
+    logits, key, temperature: float = 1.0, top_k: int | None = None
+) -> jax.Array:  # (B, V) -> (B,)
     """Greedy when temperature == 0; else sample from softmax(logits / T) over the top k."""
     if temperature == 0.0:
         return jnp.argmax(logits, -1)
@@ -214,7 +218,7 @@ def generate(
     key,
     temperature: float = 1.0,
     top_k: int | None = None,
-):
+) -> jax.Array:
     """Extend `prompt` (B, T0) by `max_new_tokens` tokens; returns (B, T0 + max_new_tokens).
     Compiled once per model configuration, prompt shape, length and sampling settings."""
     T0 = prompt.shape[1]

@@ -141,37 +141,37 @@ def zero_init_residual(model: ResNet) -> ResNet:
     return model.replace(blocks=tuple(zero(b) for b in model.blocks))
 
 
-def resnet20(num_classes=10, in_channels=3, *, key):
+def resnet20(num_classes=10, in_channels=3, *, key) -> ResNet:
     return ResNet(
         BasicBlock, (3, 3, 3), (16, 32, 64), num_classes, in_channels, False, "A", key=key
     )
 
 
-def resnet56(num_classes=10, in_channels=3, *, key):
+def resnet56(num_classes=10, in_channels=3, *, key) -> ResNet:
     return ResNet(
         BasicBlock, (9, 9, 9), (16, 32, 64), num_classes, in_channels, False, "A", key=key
     )
 
 
-def cifar_resnet18(num_classes=10, in_channels=3, *, key):
+def cifar_resnet18(num_classes=10, in_channels=3, *, key) -> ResNet:
     return ResNet(
         BasicBlock, (2, 2, 2, 2), (64, 128, 256, 512), num_classes, in_channels, False, "B", key=key
     )
 
 
-def resnet18(num_classes=1000, in_channels=3, *, key):
+def resnet18(num_classes=1000, in_channels=3, *, key) -> ResNet:
     return ResNet(
         BasicBlock, (2, 2, 2, 2), (64, 128, 256, 512), num_classes, in_channels, True, "B", key=key
     )
 
 
-def resnet34(num_classes=1000, in_channels=3, *, key):
+def resnet34(num_classes=1000, in_channels=3, *, key) -> ResNet:
     return ResNet(
         BasicBlock, (3, 4, 6, 3), (64, 128, 256, 512), num_classes, in_channels, True, "B", key=key
     )
 
 
-def resnet50(num_classes=1000, in_channels=3, *, key):
+def resnet50(num_classes=1000, in_channels=3, *, key) -> ResNet:
     return ResNet(
         Bottleneck, (3, 4, 6, 3), (64, 128, 256, 512), num_classes, in_channels, True, "B", key=key
     )

@@ -61,7 +61,7 @@ def dot_product_attention(
     key_padding_mask=None,
     scale: float | None = None,
     implementation: str | None = None,
-):
+) -> jax.Array:
     """softmax(scale q k^T) v per batch and head; scale defaults to 1/sqrt(D). See the module
     docstring."""
     fn = (

@@ -37,7 +37,7 @@ class Sequential(Module):
         return len(self.layers)
 
 
-def gelu(x):
+def gelu(x) -> jax.Array:
     """Exact GELU, x * Phi(x) (Hendrycks & Gimpel 2016), PyTorch's default; `jax.nn.gelu` defaults
     to the tanh approximation. Written with erf, as PyTorch does: jax.nn.gelu(approximate=False)
     uses erfc, which XLA's CPU backend computes 3x slower (equal within 1e-6)."""

@@ -21,6 +21,7 @@ the last call wins.
 
 import contextvars
 import dataclasses
+from typing import Any
 
 import jax
 
@@ -90,7 +91,9 @@ def _write_back(tree, records: dict):
     return out
 
 
-def apply(model, *args, train: bool = False, key: jax.Array | None = None, **kwargs):
+def apply(
+    model, *args, train: bool = False, key: jax.Array | None = None, **kwargs
+) -> tuple[Any, Any]:
     """Run `model(*args, **kwargs)` in train or eval mode; return `(output, updated_model)`."""
     ctx = _Context(train=train, key=key)
     token = _context.set(ctx)

@@ -23,7 +23,7 @@ def fans(shape) -> tuple[int, int]:
     return receptive * shape[-2], receptive * shape[-1]
 
 
-def uniform(key, shape, bound: float, dtype=jnp.float32):
+def uniform(key, shape, bound: float, dtype=jnp.float32) -> jax.Array:
     return jax.random.uniform(key, shape, dtype, -bound, bound)
 
 
@@ -39,7 +39,7 @@ def _gain(nonlinearity: str, a: float = 0.0) -> float:
 
 def kaiming_uniform(
     key, shape, a: float = math.sqrt(5), nonlinearity="leaky_relu", mode="fan_in", dtype=jnp.float32
-):
+) -> jax.Array:
     """He et al. 2015: U(-b, b), b = gain * sqrt(3 / fan). PyTorch's default for Linear/Conv."""
     fan = fans(shape)[0 if mode == "fan_in" else 1]
     return uniform(key, shape, _gain(nonlinearity, a) * math.sqrt(3.0 / fan), dtype)
@@ -47,13 +47,13 @@ def kaiming_uniform(
 
 def kaiming_normal(
     key, shape, a: float = 0.0, nonlinearity="relu", mode="fan_in", dtype=jnp.float32
-):
+) -> jax.Array:
     """He et al. 2015: N(0, std^2), std = gain / sqrt(fan)."""
     fan = fans(shape)[0 if mode == "fan_in" else 1]
     return _gain(nonlinearity, a) / math.sqrt(fan) * jax.random.normal(key, shape, dtype)
 
 
-def xavier_uniform(key, shape, gain: float = 1.0, dtype=jnp.float32):
+def xavier_uniform(key, shape, gain: float = 1.0, dtype=jnp.float32) -> jax.Array:
     """Glorot & Bengio 2010: U(-b, b), b = gain * sqrt(6 / (fan_in + fan_out))."""
     fan_in, fan_out = fans(shape)
     return uniform(key, shape, gain * math.sqrt(6.0 / (fan_in + fan_out)), dtype)
@@ -61,12 +61,12 @@ def xavier_uniform(key, shape, gain: float = 1.0, dtype=jnp.float32):
 
 def truncated_normal(
     key, shape, std: float = 1.0, lower: float = -2.0, upper: float = 2.0, dtype=jnp.float32
-):
+) -> jax.Array:
     """N(0, std^2) truncated to [lower, upper] in absolute units, like
     torch.nn.init.trunc_normal_."""
     return std * jax.random.truncated_normal(key, lower / std, upper / std, shape, dtype)
 
 
-def bias_uniform(key, shape, fan_in: int, dtype=jnp.float32):
+def bias_uniform(key, shape, fan_in: int, dtype=jnp.float32) -> jax.Array:
     """PyTorch's default bias: U(-1/sqrt(fan_in), 1/sqrt(fan_in))."""
     return uniform(key, shape, 1.0 / math.sqrt(fan_in) if fan_in > 0 else 0.0, dtype)

@@ -7,7 +7,7 @@ from frost.nn import init
 from frost.nn.module import Module, expand_to, shape_error, static
 
 
-def check_float_input(layer: Module, x, weight, expected: str):
+def check_float_input(layer: Module, x, weight, expected: str) -> None:
     """Shared input check: a floating array whose dtype matches the layer's weights (if it has
     any)."""
     if not hasattr(x, "dtype") or not jnp.issubdtype(x.dtype, jnp.floating):
@@ -21,7 +21,7 @@ def check_float_input(layer: Module, x, weight, expected: str):
         )
 
 
-def check_input(layer: Module, x, rank_ok: bool, channels: int, expected: str):
+def check_input(layer: Module, x, rank_ok: bool, channels: int, expected: str) -> None:
     """The channels-last layers' input check: a rank that passes the caller's test (`rank_ok`), a
     last axis of `channels`, then `check_float_input` against the layer's weights."""
     if not rank_ok or x.shape[-1] != channels:

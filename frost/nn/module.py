@@ -48,7 +48,7 @@ def is_module(x) -> bool:
     return isinstance(x, Module)
 
 
-def map_children(module, fn):
+def map_children(module, fn) -> Any:
     """`module` with each child (non-static) field's value replaced by `fn(field, value)`."""
     return module.replace(
         **{
@@ -59,7 +59,7 @@ def map_children(module, fn):
     )
 
 
-def buffer_mask(tree):
+def buffer_mask(tree) -> Any:
     """A tree of bools shaped like `tree`: True at buffer leaves, False at every other leaf."""
 
     def child(field, value):
@@ -76,12 +76,12 @@ def buffer_mask(tree):
     )
 
 
-def trainable_mask(tree):
+def trainable_mask(tree) -> Any:
     """True at parameters, False at buffers: pass to an optimizer's mask."""
     return jax.tree.map(lambda b: not b, buffer_mask(tree))
 
 
-def update_buffers(model, source):
+def update_buffers(model, source) -> Any:
     """`model` with its buffer leaves taken from `source` (a model of the same structure)."""
     return jax.tree.map(lambda is_buf, m, s: s if is_buf else m, buffer_mask(model), model, source)
 
@@ -96,7 +96,7 @@ def shape_error(layer, expected: str, x) -> ValueError:
     return ValueError(f"{layer.describe()} expected input {expected}, got {got}")
 
 
-def expand_to(v, ndim: int):
+def expand_to(v, ndim: int) -> jax.Array:
     """Reshape a trailing-axes array to rank `ndim` by adding leading 1s (explicit broadcasting,
     since Frost's tests run with rank promotion set to raise)."""
     return v.reshape((1,) * (ndim - v.ndim) + v.shape)

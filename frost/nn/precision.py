@@ -31,7 +31,7 @@ from frost.config import UsageError
 from frost.nn.module import buffer_mask
 
 
-def cast(tree, dtype):
+def cast(tree, dtype) -> Any:
     """`tree` with its floating-point leaves as `dtype`; integers, PRNG keys and buffers
     unchanged."""
 

@@ -39,11 +39,11 @@ def loss_scale(initial: float = 2.0**15) -> LossScale:
     return LossScale(jnp.float32(initial), jnp.int32(0), jnp.int32(0))
 
 
-def scale_loss(state: LossScale, loss):
+def scale_loss(state: LossScale, loss) -> jax.Array:
     return loss * state.scale.astype(loss.dtype)
 
 
-def unscale(state: LossScale, grads):
+def unscale(state: LossScale, grads) -> Any:
     """Scaled gradients -> true gradients, in float32 (at least)."""
 
     def leaf(g):

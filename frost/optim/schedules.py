@@ -9,7 +9,12 @@ from the start of the decay; `warmup_cosine`'s decay_steps includes the warmup, 
                                                           (1000) -> 0.0
 """
 
+from collections.abc import Callable
+
+import jax
 import jax.numpy as jnp
+
+Schedule = Callable[[jax.Array | int], jax.Array]  # step -> value
 
 
 def _ramp(step, begin, steps):
@@ -33,17 +38,17 @@ def _switch(boundary: int, before, after):
     return lambda step: jnp.where(jnp.asarray(step) < boundary, before(step), after(step))
 
 
-def constant(value: float):
+def constant(value: float) -> Schedule:
     return lambda step: jnp.full((), value, jnp.float32)
 
 
-def linear(init_value: float, end_value: float, steps: int, begin: int = 0):
+def linear(init_value: float, end_value: float, steps: int, begin: int = 0) -> Schedule:
     """init_value until `begin`, then linearly to end_value over `steps` steps
     (optax.linear_schedule)."""
     return lambda step: init_value + (end_value - init_value) * _ramp(step, begin, steps)
 
 
-def cosine_decay(init_value: float, decay_steps: int, alpha: float = 0.0):
+def cosine_decay(init_value: float, decay_steps: int, alpha: float = 0.0) -> Schedule:
     """Cosine from init_value to alpha * init_value over decay_steps (Loshchilov & Hutter 2017;
     optax.cosine_decay_schedule)."""
     return lambda step: init_value * ((1 - alpha) * _cos(_ramp(step, 0, decay_steps)) + alpha)
@@ -55,7 +60,7 @@ def warmup_cosine(
     decay_steps: int,
     init_value: float = 0.0,
     end_value: float = 0.0,
-):
+) -> Schedule:
     """Linear warmup init_value -> peak_value, then cosine to end_value at step decay_steps
     (optax.warmup_cosine_decay_schedule)."""
     return _switch(
@@ -71,7 +76,7 @@ def one_cycle(
     pct_start: float = 0.3,
     div_factor: float = 25.0,
     final_div_factor: float = 1e4,
-):
+) -> Schedule:
     """Smith & Topin 2017: cosine up from peak/div_factor to peak over pct_start of the run, then
     cosine down to peak/(div_factor·final_div_factor) (optax.cosine_onecycle_schedule, torch
     OneCycleLR)."""
@@ -92,7 +97,7 @@ def warmup_stable_decay(
     decay_steps: int,
     init_value: float = 0.0,
     end_value: float = 0.0,
-):
+) -> Schedule:
     """Warmup-stable-decay (Hu et al. 2024, MiniCPM): linear warmup to peak_value, hold it for
     stable_steps, then decay linearly to end_value over decay_steps, and stay there.
 

@@ -336,7 +336,7 @@ def scale_by_sophia(
     return GradientTransformation(init, update)
 
 
-def update_hessian(state, estimate: Callable[[], Any]):
+def update_hessian(state, estimate: Callable[[], Any]) -> Any:
     """Refresh the Hessian EMA of every Sophia state in `state` on its refresh steps.
 
     `estimate` takes no arguments and returns a params-shaped tree, for example
@@ -413,7 +413,7 @@ class MuonState(NamedTuple):
     momentum: jax.Array
 
 
-def newton_schulz(x, steps: int = 5, eps: float = 1e-7):
+def newton_schulz(x, steps: int = 5, eps: float = 1e-7) -> jax.Array:
     """Orthogonalise a matrix: G = U S V^T -> about U V^T, with Jordan's quintic Newton-Schulz
     iteration X <- aX + (bA + cA²)X, A = XX^T. Its coefficients buy speed over accuracy: the
     singular values land in about [0.7, 1.2] rather than at 1, which trains as well."""

@@ -13,6 +13,7 @@ for it within one. Every leaf of the runner and of the metrics has the seed axis
 
 import dataclasses
 import math
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -39,7 +40,7 @@ class AgentConfig:
         return max(self.total_steps // (self.num_envs * self.num_steps), 1)
 
 
-def orthogonal(a, scale: float):
+def orthogonal(a, scale: float) -> jax.Array:
     """The orthogonal matrix of a's QR decomposition, signs fixed, times `scale` (Saxe et al. 2014;
     jax.nn.initializers.orthogonal given a's normal draws)."""
     wide = a.shape[0] < a.shape[1]
@@ -66,7 +67,7 @@ def mlp(obs_shape, n_out: int, hidden: int, activation, out_scale: float, *, key
     return nn.Sequential(nn.Flatten(), *layers[:-1])
 
 
-def episode_metrics(reward, done, running, last):
+def episode_metrics(reward, done, running, last) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Track returns across rollouts: running (B,) sums of this episode so far, last () the mean
     return of the latest episodes to finish. Returns (running, last, finished episodes)."""
 
@@ -95,7 +96,7 @@ def chunk_size(iterations: int, calls: int = 20) -> int:
     return max(d for d in range(1, max(iterations // calls, 1) + 1) if iterations % d == 0)
 
 
-def run(init, iteration, seeds, iterations: int, on_chunk=None, chunk: int | None = None):
+def run(init, iteration, seeds, iterations: int, on_chunk=None, chunk: int | None = None) -> Any:
     """Train one runner per seed for `iterations` iterations; `on_chunk(runner, metrics, done)`
     after each call, with metrics (seeds, chunk, ...) and `done` iterations so far."""
     chunk = chunk or chunk_size(iterations)
@@ -112,7 +113,7 @@ def run(init, iteration, seeds, iterations: int, on_chunk=None, chunk: int | Non
     return runner
 
 
-def evaluate(env, policy, key, episodes: int = 100):
+def evaluate(env, policy, key, episodes: int = 100) -> jax.Array:
     """Mean return of the first episode of `episodes` environments under `policy(obs (N, ...)) ->
     actions (N,)`, each episode cut at `env.eval_steps` steps."""
     reset_key, run_key = jax.random.split(key)

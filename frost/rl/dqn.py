@@ -7,6 +7,7 @@ uniformly sampled minibatch (once the buffer holds `learning_starts` transitions
 """
 
 import dataclasses
+from collections.abc import Callable
 from typing import NamedTuple
 
 import jax
@@ -35,11 +36,13 @@ def q_network(obs_shape, num_actions: int, hidden: int, *, key) -> nn.Sequential
     return mlp(obs_shape, num_actions, hidden, nn.ReLU(), 1.0, key=key)
 
 
-def greedy(model):
+def greedy(model) -> Callable[[jax.Array], jax.Array]:
     return lambda obs: jnp.argmax(model(obs), -1).astype(jnp.int32)
 
 
-def targets(q_next_online, q_next_target, reward, done, gamma: float, double: bool = True):
+def targets(
+    q_next_online, q_next_target, reward, done, gamma: float, double: bool = True
+) -> jax.Array:
     """TD targets (N,): r + gamma (1 - d) Q_target(s', a'), with a' = argmax Q_online(s', .)
     (double Q-learning) or argmax Q_target(s', .) (DQN)."""
     best = jnp.argmax(q_next_online if double else q_next_target, -1)
@@ -57,7 +60,7 @@ class Transition(NamedTuple):
     next_obs: jax.Array  # (*obs_shape,) float32
 
 
-def loss(model, target, batch: Transition, cfg: Config):
+def loss(model, target, batch: Transition, cfg: Config) -> tuple[jax.Array, dict]:
     """Half the squared error between Q(s, a) and the (constant) TD target, over a minibatch, as
     CleanRL's and PureJaxRL's DQN. (Huber's loss, Mnih et al.'s for clipped Atari rewards, grows
     only linearly: on CartPole, returns up to 100, the rare terminal targets then barely pull and Q
@@ -77,7 +80,7 @@ def loss(model, target, batch: Transition, cfg: Config):
 
 
 # linear from eps_start to eps_end over eps_fraction of the steps, then flat
-def epsilon(step, cfg: Config):
+def epsilon(step, cfg: Config) -> jax.Array:
     return optim.linear(cfg.eps_start, cfg.eps_end, cfg.eps_fraction * cfg.total_steps)(step)
 
 
@@ -94,7 +97,7 @@ class Runner(NamedTuple):
     t: jax.Array  # iterations done
 
 
-def anakin(env, cfg: Config):
+def anakin(env, cfg: Config) -> tuple[Callable, Callable]:
     """(init, iteration) for frost.rl.anakin.run; `cfg.updates` iterations make the run."""
     opt, B, cap = optim.adam(cfg.lr), cfg.num_envs, cfg.buffer_size
 

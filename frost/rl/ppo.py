@@ -8,13 +8,14 @@ Two ways to get rollouts, one update (`update`) for both:
 - Sebulba (`sebulba(make_env, cfg, ...)`): host environments in actor processes
   (frost.rl.actors); the learner trains on their rollouts as they arrive.
 
-A rollout is a dict of (T, B) arrays: obs (T + 1, B, *obs_shape) (the last one to bootstrap
+A rollout is a `Rollout` of (T, B) arrays: obs (T + 1, B, *obs_shape) (the last one to bootstrap
 from), action, logp (of the acting policy), reward, done (the episode ended at this step).
 """
 
 import dataclasses
 import functools
-from typing import NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -55,7 +56,7 @@ class ActorCritic(nn.Module):
         return self.actor(obs), self.critic(obs)[:, 0]
 
 
-def optimizer(cfg: Config):
+def optimizer(cfg: Config) -> optim.GradientTransformation:
     """Adam (eps 1e-5) after clipping the gradient norm; the learning rate falls linearly to 0,
     one step per update (all of an update's minibatches use the same rate), as CleanRL."""
     per_update = cfg.epochs * cfg.minibatches
@@ -66,7 +67,7 @@ def optimizer(cfg: Config):
     return optim.chain(optim.clip_by_global_norm(cfg.max_grad_norm), optim.adam(lr, eps=1e-5))
 
 
-def act(policy_net, obs, keys):
+def act(policy_net, obs, keys) -> tuple[jax.Array, jax.Array]:
     """Sample actions from the actor network: obs (N, ...), keys (N,) -> action (N,) int32, logp
     (N,)."""
     logits = policy_net(obs)  # (N, A)
@@ -74,11 +75,13 @@ def act(policy_net, obs, keys):
     return action, jnp.take_along_axis(jax.nn.log_softmax(logits), action[:, None], 1)[:, 0]
 
 
-def greedy(model):
+def greedy(model) -> Callable[[jax.Array], jax.Array]:
     return lambda obs: jnp.argmax(model.actor(obs), -1).astype(jnp.int32)
 
 
-def gae(values, rewards, dones, last_value, gamma: float, lam: float):
+def gae(
+    values, rewards, dones, last_value, gamma: float, lam: float
+) -> tuple[jax.Array, jax.Array]:
     """Generalised advantage estimation (Schulman et al. 2016, arXiv 1506.02438), (T, B) arrays:
 
         delta_t = r_t + gamma (1 - d_t) V(s_t+1) - V(s_t);   A_t = delta_t + gamma lam (1 - d_t)
@@ -120,7 +123,7 @@ class Minibatch(NamedTuple):
     ret: jax.Array  # (N,) the value target, adv + value
 
 
-def loss(model, batch: Minibatch, cfg: Config):
+def loss(model, batch: Minibatch, cfg: Config) -> tuple[jax.Array, dict]:
     """The PPO loss of a minibatch."""
     logits, value = model(batch.obs)  # (N, A), (N,)
     logp_all = jax.nn.log_softmax(logits)
@@ -141,7 +144,7 @@ def loss(model, batch: Minibatch, cfg: Config):
     }
 
 
-def update(model, opt_state, rollout: Rollout, key, cfg: Config, opt):
+def update(model, opt_state, rollout: Rollout, key, cfg: Config, opt) -> tuple[Any, Any, dict]:
     """Advantages from the current value function, then `epochs` passes of shuffled minibatches."""
     T, B = rollout.action.shape
     obs = rollout.obs  # (T + 1, B, *obs_shape)
@@ -177,7 +180,7 @@ class Runner(NamedTuple):
     key: jax.Array
 
 
-def anakin(env, cfg: Config):
+def anakin(env, cfg: Config) -> tuple[Callable, Callable]:
     """(init, iteration) for frost.rl.anakin.run: one iteration is a rollout of T steps of B envs
     and one update; `cfg.updates` iterations make the run."""
     opt, B = optimizer(cfg), cfg.num_envs
@@ -216,7 +219,7 @@ def _learner(cfg: Config):
 
 def sebulba(
     make_env, cfg: Config, seed: int = 0, actors: int = 2, deterministic: bool = True, *, on_update
-):
+) -> ActorCritic:
     """Train on host environments `make_env()` stepped by `actors` processes, `cfg.num_envs` in all.
 
     With `deterministic`, update u trains on rollout u of every actor (in actor order) and

@@ -139,7 +139,7 @@ def parallel_map(
     initargs=(),
     local=None,
     started=lambda: None,
-):
+) -> Iterator:
     """`map(fn, items)` in order, in `workers` processes (default: all cores) with at most two tasks
     per worker in flight, so a lazy input is read only as fast as it is used. `init(*initargs)`
     starts each worker. A single item, or workers=1, runs here as `map(local or fn, items)`.

@@ -29,7 +29,7 @@ FORMAT, VERSION = "frost-bpe", 1
 GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 
 
-def token_dtype(vocab_size: int):
+def token_dtype(vocab_size: int) -> type:
     """The dtype of a token file: uint16 when the vocabulary is below 65536, else uint32."""
     return np.uint16 if vocab_size < 65536 else np.uint32
 

@@ -207,7 +207,7 @@ def _loop(
     return m
 
 
-def merge_loop(sym, starts, wcount, n_tokens, progress):
+def merge_loop(sym, starts, wcount, n_tokens, progress) -> np.ndarray:
     """Merge until there are `n_tokens` tokens (bytes included) or no pair is left.
 
     sym: int32 (S,) byte ids of all words, rewritten in place; starts: int64 (W + 1,) word offsets;

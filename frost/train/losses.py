@@ -11,16 +11,20 @@ from frost import nn
 from frost.optim import gauss_newton_bartlett, hutchinson
 
 
-def nll(logits, labels):  # (..., V), (...) -> (...): each position's -log p(label), in float32
+def nll(
+    logits, labels
+) -> jax.Array:  # (..., V), (...) -> (...): each position's -log p(label), in float32
     logp = jax.nn.log_softmax(logits.astype(jnp.float32))  # (..., V)
     return -jnp.take_along_axis(logp, labels[..., None].astype(jnp.int32), axis=-1)[..., 0]
 
 
-def cross_entropy(logits, labels):  # (..., V), (...) -> (): the mean over all positions
+def cross_entropy(
+    logits, labels
+) -> jax.Array:  # (..., V), (...) -> (): the mean over all positions
     return jnp.mean(nll(logits, labels))
 
 
-def correct(logits, labels):  # (..., V), (...) -> (...) bool
+def correct(logits, labels) -> jax.Array:  # (..., V), (...) -> (...) bool
     """`jnp.argmax(logits, -1) == labels` (ties go to the first maximum, as argmax's), without
     argmax: XLA's CPU backend lowers argmax to a variadic reduce, 6x slower than these three."""
     top = jnp.max(logits, -1, keepdims=True)  # (..., 1)
@@ -31,7 +35,7 @@ def correct(logits, labels):  # (..., V), (...) -> (...) bool
     return (picked == top)[..., 0] & ~earlier
 
 
-def classification_loss(model, batch, key):
+def classification_loss(model, batch, key) -> tuple[jax.Array, tuple]:
     """Softmax cross-entropy in training mode: `(loss, (model with new BatchNorm statistics,
     metrics))`."""
     x, labels = batch
@@ -42,7 +46,7 @@ def classification_loss(model, batch, key):
     )
 
 
-def eval_sums(model, batch, valid=None):
+def eval_sums(model, batch, valid=None) -> dict:
     """Evaluation mode: {loss_sum, correct, count} over the batch's positions (summed by
     `evaluate`); `valid` (N,) marks the real rows of a padded batch (all rows when None)."""
     x, labels = batch
