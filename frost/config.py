@@ -37,6 +37,11 @@ class UsageError(FrostError, ValueError):
     """A user's mistake, with a message that names the value and says what is allowed (exit 2)."""
 
 
+class MissingData(UsageError, FileNotFoundError):
+    """A data set or data file that is not there: the message says where it was looked for and how
+    to install it (a UsageError at the CLI, and still a FileNotFoundError for library callers)."""
+
+
 def option(default, help: str, check=None, choices=None, cli: bool = True, short: str = "") -> Any:
     """A config field with its help text, its check, its allowed values and its short flag
     (`-o`). A `tuple[str, ...]` field is a repeatable option (`--special A --special B`)."""

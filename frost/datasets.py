@@ -9,6 +9,7 @@ sub-folder named after the data set, else in the place the system package instal
 import os
 import pathlib
 
+from frost.config import MissingData
 from frost.data.sources import read_cifar, read_idx_pair
 
 _FASHION = {
@@ -35,7 +36,7 @@ def _find(splits, split, dirs, dataset, how):
         if all(paths):
             return paths
     where = ", ".join(str(d) for d in dirs) or "nowhere (no default location)"
-    raise FileNotFoundError(
+    raise MissingData(
         f"{dataset} not found: looked for {', '.join(files)} (or .gz) in {where}. {how}"
     )
 

@@ -26,7 +26,7 @@ import numpy as np
 from safetensors.flax import load_file, save
 
 from frost import atomic
-from frost.config import UsageError
+from frost.config import UsageError, optional, positive, whole
 from frost.models import gpt, resnet
 from frost.tree import names
 
@@ -109,6 +109,23 @@ def read_weights(source) -> dict:
         raise UsageError(f"{path}: not a readable safetensors file ({e})") from None
 
 
+def read_json(path, checks: dict) -> dict:
+    """The JSON object in the file `path`, each field named in `checks` ({name: check}, the checks
+    of frost.config) allowed by its check; a UsageError naming the file and the field otherwise.
+    The one validation of the JSON files a checkpoint folder brings."""
+    try:
+        value = json.loads(pathlib.Path(path).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise UsageError(f"{path}: cannot read it as JSON ({e})") from None
+    if not isinstance(value, dict):
+        raise UsageError(f"{path}: holds a JSON {type(value).__name__}, not an object")
+    for key, check in checks.items():
+        problem = check(value[key]) if key in value else None
+        if problem:
+            raise UsageError(f"{path}: {key} {value[key]!r}: {problem}")
+    return value
+
+
 def _fill(template, weights: dict, rename, source, ignore=()):
     """`template` (a tree of ShapeDtypeStructs) filled from `weights` {peer name: array};
     `rename(path, ndim)` gives a leaf's (peer name, transposed?). Keys ending in `ignore` may be
@@ -132,6 +149,12 @@ def _fill(template, weights: dict, rename, source, ignore=()):
         raise WeightsError(
             f"{source}: the weights do not fit the model: missing keys: {_brief(missing)}; "
             f"unexpected keys: {_brief(unexpected)}; shapes that differ: {_brief(shapes)}"
+        )
+    nonfinite = [k for k in wanted if not np.isfinite(weights[k]).all()]
+    if nonfinite:
+        raise WeightsError(
+            f"{source}: non-finite values (NaN or inf) in {_brief(nonfinite)}; the weights are "
+            "damaged, or come from a run that diverged"
         )
     leaves = [
         jnp.asarray(
@@ -184,6 +207,8 @@ def _gpt2_options(config: dict, source) -> dict:
     ]
     if unsupported:
         raise UsageError(f"{source}: Frost's GPT does not support {', '.join(unsupported)}")
+    if dim % config.get("n_head", 12):
+        raise UsageError(f"{source}: n_head {config.get('n_head', 12)} must divide n_embd {dim}")
     return dict(
         vocab_size=config.get("vocab_size", 50257),
         dim=dim,
@@ -197,18 +222,28 @@ def _gpt2_options(config: dict, source) -> dict:
     )
 
 
+# the fields of a GPT2Config and of a sharded checkpoint's index that Frost reads, and their checks
+GPT2_CONFIG = dict.fromkeys(("n_embd", "n_layer", "n_head", "n_positions", "vocab_size"), whole(1))
+GPT2_CONFIG.update(layer_norm_epsilon=positive, n_inner=optional(whole(1)))
+
+
+def _file_map(weight_map) -> str | None:
+    ok = isinstance(weight_map, dict) and all(isinstance(f, str) for f in weight_map.values())
+    return None if ok else "must map each weight's name to its file's name"
+
+
+INDEX = {"weight_map": _file_map}
+
+
 def load_hf_gpt2(path, dtype=jnp.float32) -> gpt.GPT:
     """A transformers GPT-2 checkpoint folder (config.json, model.safetensors or a sharded
     model.safetensors.index.json, or pytorch_model.bin with torch) -> a Frost GPT, same logits."""
     path = pathlib.Path(path)
-    try:
-        config = json.loads((path / "config.json").read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise UsageError(f"{path / 'config.json'}: cannot read a GPT-2 config ({e})") from None
+    config = read_json(path / "config.json", GPT2_CONFIG)
     options = _gpt2_options(config, path / "config.json")
     index = path / "model.safetensors.index.json"
     if index.is_file():
-        files = sorted(set(json.loads(index.read_text()).get("weight_map", {}).values()))
+        files = sorted(set(read_json(index, INDEX).get("weight_map", {}).values()))
     else:
         files = [
             next(

@@ -45,6 +45,7 @@ from typing import Any
 
 import numpy as np
 
+from frost.config import FrostError
 from frost.data.sampler import Sampler
 from frost.data.transforms import sample_rng
 from frost.data.workers import Layout, Processes, Threads, WorkerError, fields_of
@@ -86,14 +87,15 @@ def _fill(out, source, transform, seed, epoch, indices):
 
 def _serve(recv, send, slots, source, transform, seed):
     """A worker's loop (process or thread): fill the slot each task names, answer (slot, index,
-    traceback)."""
+    traceback), or for a FrostError (a corrupt image: its message tells the story) the error."""
     while (task := recv()) is not None:
         slot, epoch, indices = task
         try:
             _fill(slots[slot], source, transform, seed, epoch, indices)
             send((slot, None, None))
         except Exception as e:
-            send((slot, getattr(e, "frost_index", None), traceback.format_exc()))
+            told = e if isinstance(e, FrostError) else traceback.format_exc()
+            send((slot, getattr(e, "frost_index", None), told))
 
 
 class Loader(contextlib.AbstractContextManager):
@@ -224,18 +226,17 @@ class Loader(contextlib.AbstractContextManager):
             while pos not in self._ready:
                 for w, (slot, index, trace) in self._pool.wait():
                     done, _ = self._busy.pop(slot)
-                    self._ready[done] = (
-                        slot
-                        if trace is None
-                        else WorkerError(
+                    if trace is None or isinstance(trace, FrostError):
+                        self._ready[done] = trace or slot
+                    else:
+                        self._ready[done] = WorkerError(
                             f"data worker {w} failed on sample index {index} (epoch {done[0]}); "
                             f"its traceback:\n{trace}",
                             index,
                             trace,
                         )
-                    )
             slot = self._ready.pop(pos)
-            if isinstance(slot, WorkerError):  # raised in stream order, after the batches before it
+            if isinstance(slot, FrostError):  # raised in stream order, after the batches before it
                 raise slot
             batch = self._layout.pack([field[:rows].copy() for field in self._pool.slots[slot]])
             self._submit(slot)

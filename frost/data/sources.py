@@ -20,6 +20,8 @@ import pathlib
 
 import numpy as np
 
+from frost.config import MissingData, UsageError
+
 
 class Arrays:
     """In-memory arrays indexed along their first axis: positional (tuple samples) or named
@@ -145,7 +147,7 @@ class ImageFolder:
     def __init__(self, root, mode: str = "RGB"):
         self.root, self.mode = pathlib.Path(root), mode
         if not self.root.is_dir():
-            raise FileNotFoundError(f"ImageFolder: {self.root} is not a directory")
+            raise MissingData(f"ImageFolder: {self.root} is not a directory")
         self.classes = sorted(p.name for p in self.root.iterdir() if p.is_dir())
         found = [
             (str(p), label)
@@ -154,7 +156,7 @@ class ImageFolder:
             if p.suffix.lower() in IMAGE_SUFFIXES
         ]
         if not found:
-            raise FileNotFoundError(
+            raise MissingData(
                 f"ImageFolder: no {'/'.join(IMAGE_SUFFIXES)} files in sub-folders of {self.root}"
             )
         self.files = [path for path, _ in found]
@@ -174,9 +176,10 @@ class ImageFolder:
         try:
             with Image.open(path) as im:
                 image = np.asarray(im.convert(self.mode))
-        # Pillow raises several types (UnidentifiedImageError, OSError, SyntaxError)
+        # Pillow raises several types (UnidentifiedImageError, OSError, SyntaxError); a bad file is
+        # the user's to fix, so a UsageError (the loader carries it out of its workers as one)
         except Exception as e:
-            raise ValueError(f"cannot read image {path}: {e}") from e
+            raise UsageError(f"cannot read image {path}: {e}; fix or remove the file") from e
         return (image if image.ndim == 3 else image[..., None]), self.labels[i]
 
 

@@ -84,6 +84,11 @@ class RunConfig(Checked):
                 raise UsageError(
                     f"--env {self.env}: PPO here needs discrete actions, not {probe.action_space}"
                 )
+            if not isinstance(probe.observation_space, gymnasium.spaces.Box):  # Blackjack's Tuple
+                raise UsageError(
+                    f"--env {self.env}: PPO here needs array observations (a Box space), not "
+                    f"{probe.observation_space}"
+                )
         # the run directory is claimed by frost.train.job.claim, as frost train's is
         out = self.out or f"runs/rl-{self.algo}-{self.env.replace(':', '-')}"
         object.__setattr__(self, "out", out)

@@ -23,8 +23,8 @@ from frost import atomic, checkpoint
 from frost.config import UsageError
 from frost.rl import actors, anakin, dqn, ppo
 from frost.rl.spec import EnvSpec
-from frost.train import metrics
-from frost.train.job import claim
+from frost.train import metrics, plot
+from frost.train.job import claimed
 
 ALGOS = {"ppo": ppo, "dqn": dqn}  # each with its Config, anakin(env, cfg) and greedy(model)
 
@@ -89,7 +89,18 @@ def train(cfg) -> int:
     hp = presets(cfg.algo, env, cfg.steps)
     if cfg.mode == "sebulba" and hp.num_envs % (cfg.actors or 2):
         raise UsageError(f"--actors {cfg.actors}: must divide the {hp.num_envs} environments")
-    claim(out, cfg)
+    per_update = hp.num_envs * hp.num_steps  # env steps an iteration takes, never rounded
+    if cfg.steps and cfg.steps % per_update:
+        raise UsageError(
+            f"--steps {cfg.steps}: must be a multiple of {per_update} ({cfg.algo} on {cfg.env} "
+            f"runs {hp.num_envs} envs for {hp.num_steps} steps an iteration), e.g. "
+            f"{max(cfg.steps // per_update, 1) * per_update}"
+        )
+    with claimed(out, cfg, work="checkpoint"):  # removed again if it fails before the checkpoint
+        return _run(cfg, out, env, hp, seeds)
+
+
+def _run(cfg, out, env, hp, seeds) -> int:
     per_update = hp.num_envs * hp.num_steps
     # its clock starts now
     rec = Recorder(out, hp.updates * per_update * len(seeds), f"{cfg.algo} {cfg.env}")
@@ -122,9 +133,9 @@ def train(cfg) -> int:
             seconds.append(time.perf_counter() - s0)
         models = jax.tree.map(lambda *x: jnp.stack(x), *trained)
     rec.close()
-    final = evaluate(cfg.algo, env, models, seeds)
     meta = {"algo": cfg.algo, "env": cfg.env, "seeds": seeds, "hidden": hp.hidden}
     checkpoint.save(out / "checkpoint", hp.updates * per_update, {"model": models}, meta=meta)
+    final = evaluate(cfg.algo, env, models, seeds)  # after the checkpoint: it cannot lose the run
     results = {
         "seeds": [
             {"seed": s, "final_return": float(r), "steps": hp.updates * per_update, "seconds": t}
@@ -132,7 +143,7 @@ def train(cfg) -> int:
         ]
     }
     atomic.write(out / "results.json", json.dumps(results, indent=1))
-    plot(out, rec.records)
+    plot.returns(rec.records, out / "returns.png", str(out))
     for row in results["seeds"]:
         print(
             f"seed {row['seed']}: evaluation return {row['final_return']:.1f} after {row['steps']} "
@@ -177,21 +188,6 @@ def _evaluator(algo: str, env: EnvSpec):
     return anakin.jit(jax.vmap(lambda m, k: anakin.evaluate(e, greedy(m), k)))
 
 
-def plot(out: pathlib.Path, records):
-    """returns.png: each seed's return against env steps, from the metrics records."""
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(6, 4))
-    ax = fig.subplots()
-    for seed in sorted({r["seed"] for r in records}):
-        rows = [r for r in records if r["seed"] == seed]
-        ax.plot([r["step"] for r in rows], [r["return"] for r in rows], label=f"seed {seed}")
-    ax.set(xlabel="env steps", ylabel="episode return", title=str(out))
-    ax.grid(alpha=0.3)
-    ax.legend()
-    atomic.write_png(out / "returns.png", fig)
-
-
 def evaluate_run(run_dir) -> int:
     """`frost rl eval RUN_DIR`: the mean return of each seed's saved policy, printed."""
     path = checkpoint.latest(pathlib.Path(run_dir) / "checkpoint")
@@ -200,6 +196,10 @@ def evaluate_run(run_dir) -> int:
             f"{run_dir}: checkpoint/ holds no complete checkpoint (was the run interrupted?)"
         )
     meta = checkpoint.read_manifest(path)["meta"]
+    if not {"algo", "env", "seeds", "hidden"} <= set(meta) or meta["algo"] not in ALGOS:
+        raise UsageError(
+            f"{path}: not a `frost rl` checkpoint (its manifest names no algo and env)"
+        )
     env = EnvSpec.parse(meta["env"])
     build = _network(meta["algo"], env, meta["hidden"])
     template = jax.eval_shape(

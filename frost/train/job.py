@@ -13,6 +13,7 @@ A job is a `Job` subclass taking its config (frost.train.configs): `data(cfg, ru
 cfg.peak_lr), and where the defaults below do not fit, the other attributes and methods.
 """
 
+import contextlib
 import dataclasses
 import json
 import pathlib
@@ -23,7 +24,7 @@ from typing import Any, NamedTuple
 
 import jax
 
-from frost import atomic, optim, parallel
+from frost import atomic, checkpoint, optim, parallel
 from frost import data as fdata
 from frost.config import UsageError, flag
 from frost.optim.registry import build, frost_own, resolve
@@ -108,18 +109,28 @@ def make_optimizer(job, cfg, steps: int):
     return optim.scaling.dynamic_scaling(opt) if cfg.precision == "fp16" else opt
 
 
-def run(job, cfg, progress: bool = True) -> dict:
-    """Train `cfg` with `job`; return the final evaluation and timing (also in result.json). A
-    new run directory is removed again if the set-up fails, so fixing the flags and rerunning
-    works."""
-    resume = cfg.resume
-    run_dir = claim(cfg.run_dir, cfg, resume)
+@contextlib.contextmanager
+def claimed(run_dir, cfg, resume: bool | None = None, work: str = "checkpoints"):
+    """`claim` around a run: a new run directory is removed again when the run fails before it
+    holds a checkpoint (in `run_dir/work`): a run that did no work (a corrupt image, a bad flag
+    found late) leaves nothing behind, so fixing the mistake and rerunning works."""
+    run_dir = claim(run_dir, cfg, resume)
     try:
-        d, state, step, place = _setup(job, cfg, run_dir, resume, progress)
+        yield run_dir
     except BaseException:
-        if not resume:
+        if not resume and jax.process_index() == 0 and checkpoint.latest(run_dir / work) is None:
             shutil.rmtree(run_dir, ignore_errors=True)
         raise
+
+
+def run(job, cfg, progress: bool = True) -> dict:
+    """Train `cfg` with `job`; return the final evaluation and timing (also in result.json)."""
+    with claimed(cfg.run_dir, cfg, cfg.resume) as run_dir:
+        return _train(job, cfg, run_dir, progress)
+
+
+def _train(job, cfg, run_dir, progress) -> dict:
+    d, state, step, place = _setup(job, cfg, run_dir, cfg.resume, progress)
     eval_step = loop.make_eval_step(d.prepare)
     # a multiple of the training batch, so it divides over the mesh and the processes as that does
     eval_rows = cfg.batch_size * max(1, (job.eval_batch or cfg.batch_size) // cfg.batch_size)

@@ -1,9 +1,10 @@
-"""`frost plot RUN_DIR`: loss and accuracy curves from `metrics.jsonl` to `RUN_DIR/curves.png`."""
+"""`frost plot RUN_DIR`: loss and accuracy curves from `metrics.jsonl` to `RUN_DIR/curves.png`;
+for a `frost rl` run, each seed's episode return (as its returns.png)."""
 
 import pathlib
 
 from frost import atomic
-from frost.config import needs
+from frost.config import UsageError, needs
 from frost.train.metrics import read
 
 
@@ -11,7 +12,13 @@ def plot(run_dir, out=None) -> pathlib.Path:
     needs("matplotlib", "frost plot", "'frost[plot]'")
     from matplotlib.figure import Figure
 
-    records = read(pathlib.Path(run_dir) / "metrics.jsonl")
+    path = pathlib.Path(run_dir) / "metrics.jsonl"
+    records = read(path)
+    out = pathlib.Path(out) if out else pathlib.Path(run_dir) / "curves.png"
+    if any("return" in r for r in records):  # a `frost rl` run: one record per seed per report
+        return returns(records, out, str(run_dir))
+    if not any("loss" in r for r in records):
+        raise UsageError(f"{path}: no loss records to plot yet (a run logs one every 20 steps)")
     fig = Figure(figsize=(10, 4))
     ax_loss, ax_acc = fig.subplots(1, 2)
     # each curve where logged: test_ and validation_ keys are what fit(eval_name=...) logged after
@@ -38,4 +45,19 @@ def plot(run_dir, out=None) -> pathlib.Path:
         ax.legend()
     fig.suptitle(str(run_dir))
     fig.tight_layout()
-    return atomic.write_png(pathlib.Path(out) if out else pathlib.Path(run_dir) / "curves.png", fig)
+    return atomic.write_png(out, fig)
+
+
+def returns(records, out, title: str) -> pathlib.Path:
+    """Each seed's episode return against env steps, from a `frost rl` run's records, to `out`."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6, 4))
+    ax = fig.subplots()
+    for seed in sorted({r["seed"] for r in records}):
+        rows = [r for r in records if r["seed"] == seed]
+        ax.plot([r["step"] for r in rows], [r["return"] for r in rows], label=f"seed {seed}")
+    ax.set(xlabel="env steps", ylabel="episode return", title=title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    return atomic.write_png(pathlib.Path(out), fig)
