@@ -1,11 +1,13 @@
 """A user's mistake at the command line: exit code 2, one line naming the problem, no traceback,
 no files left behind, and no waiting (each case is timed)."""
 
+import json
 import os
 import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 
 from frost.cli import main as cli
@@ -42,6 +44,25 @@ CASES = [  # (argv, what the message must say); "OUT" is replaced by a fresh run
     (G + ["--heads", "5"], "--heads 5: must divide --dim 192"),
     (R + ["--vocab-size", "300"], "--vocab-size: not an option of `frost train resnet20`"),
     (R + ["--data", "NOWHERE"], "not a known data set"),
+    # a missing data set, an empty or corrupt image folder: one line, nothing left in --out
+    (["FROST_DATA=EMPTY"] + R + ["--data", "cifar10", "--out", "OUT"], "CIFAR-10 not found"),
+    (["FROST_DATA=EMPTY"] + R + ["--data", "fashion-mnist", "--out", "OUT"], "apt-get install"),
+    (R + ["--data", "NOIMAGES", "--out", "OUT"], "no .jpg/.jpeg/.png files in sub-folders"),
+    (R + ["--data", "BADIMAGE", "--batch-size", "2", "--out", "OUT"], "cannot read image"),
+    # malformed Hugging Face folders, refused as they are read
+    (["sample", "--hf", "HF_LIST"], "config.json: holds a JSON list, not an object"),
+    (["sample", "--hf", "HF_STR"], "n_embd '32': must be a whole number >= 1"),
+    (["sample", "--hf", "HF_HEADS"], "n_head 3 must divide n_embd 32"),
+    (["sample", "--hf", "HF_EPS"], "layer_norm_epsilon -1: must be > 0"),
+    (["sample", "--hf", "HF_INDEX"], "model.safetensors.index.json: cannot read it as JSON"),
+    (["sample", "--hf", "HF_MAP"], "weight_map ['a.safetensors']: must map each weight's name"),
+    # frost rl: steps that an iteration does not divide, observations PPO cannot take, eval of a
+    # checkpoint that no `frost rl` wrote, plot of a run with nothing logged
+    (["rl", "ppo", "--steps", "1", "--out", "OUT"], "--steps 1: must be a multiple of 512"),
+    (["rl", "dqn", "--steps", "100", "--out", "OUT"], "must be a multiple of 8 (dqn on cartpole"),
+    (["rl", "ppo", "--env", "gym:Blackjack-v1", "--out", "OUT"], "needs array observations"),
+    (["rl", "eval", "NOTRL"], "not a `frost rl` checkpoint"),
+    (["plot", "EMPTYRUN"], "no loss records to plot yet"),
     (G + ["--data", "NOWHERE"], "neither kjv nor a text file"),
     (G + ["--data", "BINARY", "--out", "OUT"], "not UTF-8 text"),
     (R + ["--out", "STALE"], "already holds files from another run"),
@@ -55,10 +76,58 @@ CASES = [  # (argv, what the message must say); "OUT" is replaced by a fresh run
 ]
 
 
+def _mistaken_files(tmp_path, wanted) -> dict:
+    """The files of the cases that need them (only those `wanted` names), built small: image
+    folders with nothing in train/ or a corrupt PNG, malformed Hugging Face folders, a checkpoint
+    that `frost train` would write, a run with nothing logged."""
+    built = {}
+    if "NOIMAGES" in wanted:
+        (tmp_path / "noimages" / "train" / "cat").mkdir(parents=True)
+        built["NOIMAGES"] = tmp_path / "noimages"
+    if "BADIMAGE" in wanted:
+        from PIL import Image
+
+        for label in ("a", "b"):
+            (tmp_path / "images" / "train" / label).mkdir(parents=True)
+            pixels = np.random.default_rng(0).integers(0, 255, (8, 8, 3), np.uint8)
+            Image.fromarray(pixels).save(tmp_path / "images" / "train" / label / "1.png")
+        (tmp_path / "images" / "train" / "a" / "0bad.png").write_bytes(b"\x89PNG\r\n\x1a\n cut")
+        built["BADIMAGE"] = tmp_path / "images"
+    good = {"model_type": "gpt2", "n_embd": 32, "n_layer": 1, "n_head": 2, "vocab_size": 300}
+    configs = {
+        "HF_LIST": [good],
+        "HF_STR": {**good, "n_embd": "32"},
+        "HF_HEADS": {**good, "n_head": 3},
+        "HF_EPS": {**good, "layer_norm_epsilon": -1},
+        "HF_INDEX": good,
+        "HF_MAP": good,
+    }
+    for name in set(configs) & set(wanted):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(json.dumps(configs[name]))
+        built[name] = tmp_path / name
+    index = "model.safetensors.index.json"
+    if "HF_INDEX" in wanted:
+        (tmp_path / "HF_INDEX" / index).write_text('{"weight_map": {"a": ')
+    if "HF_MAP" in wanted:
+        (tmp_path / "HF_MAP" / index).write_text(json.dumps({"weight_map": ["a.safetensors"]}))
+    if "NOTRL" in wanted:
+        from frost import checkpoint
+
+        meta = {"config": {"model": "resnet20"}}
+        checkpoint.save(tmp_path / "notrl" / "checkpoint", 1, {"w": np.ones(2)}, meta)
+        built["NOTRL"] = tmp_path / "notrl"
+    if "EMPTYRUN" in wanted:
+        (tmp_path / "emptyrun").mkdir()
+        (tmp_path / "emptyrun" / "metrics.jsonl").write_text("")
+        built["EMPTYRUN"] = tmp_path / "emptyrun"
+    return built
+
+
 @pytest.mark.parametrize(
     "argv, message", CASES, ids=[" ".join(a[:1] + a[2:])[:60] for a, _ in CASES]
 )
-def test_a_mistake_is_one_line_with_exit_code_2(argv, message, tmp_path, capsys):
+def test_a_mistake_is_one_line_with_exit_code_2(argv, message, tmp_path, capsys, monkeypatch):
     (tmp_path / "binary.txt").write_bytes(bytes(range(256)) * 64)
     (tmp_path / "stale").mkdir()
     (tmp_path / "stale" / "train.bin").write_bytes(b"\0" * 64)
@@ -67,13 +136,19 @@ def test_a_mistake_is_one_line_with_exit_code_2(argv, message, tmp_path, capsys)
         "NOWHERE": tmp_path / "nowhere",
         "BINARY": tmp_path / "binary.txt",
         "STALE": tmp_path / "stale",
+        "EMPTY": tmp_path / "empty",
     }
+    names.update(_mistaken_files(tmp_path, [a for a in argv if a.isupper()]))
+    for setting in [a for a in argv if a.startswith("FROST_DATA=")]:
+        monkeypatch.setenv("FROST_DATA", str(names[setting.split("=")[1]]))
+        argv = argv[1:]
     start = time.perf_counter()
     assert cli([str(names.get(a, a)) for a in argv]) == 2
     assert time.perf_counter() - start < 60
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("frost: error: ") and message in err[-1], err
     assert not any("Traceback" in line for line in err)
+    assert "BADIMAGE" not in argv or "train/a/0bad.png" in err[-1]  # names the file
     # nothing half-written: a failed set-up leaves no run directory
     assert not (tmp_path / "out").exists()
     assert sorted(p.name for p in (tmp_path / "stale").iterdir()) == ["train.bin"]

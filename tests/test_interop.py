@@ -124,7 +124,7 @@ def test_gpt2_mismatches_are_one_error(hf_gpt2, tmp_path, key):
         UsageError, match=r"config.json: Frost's GPT does not support activation_function='relu'"
     ):
         interop.load_hf_gpt2(tmp_path)
-    with pytest.raises(UsageError, match="config.json: cannot read a GPT-2 config"):
+    with pytest.raises(UsageError, match="config.json: cannot read it as JSON"):
         interop.load_hf_gpt2(tmp_path / "nowhere")
     with pytest.raises(UsageError, match="rotary positions"):
         interop.save_hf_gpt2(
@@ -336,6 +336,9 @@ def test_resnet_mismatches_are_one_error(key, tmp_path):
         match=r"missing keys: layer1.2.bn1.bias, .* \(and \d+ more\); unexpected keys: none",
     ):
         interop.load_torch_resnet(state, "resnet34")
+    nan = dict(state, **{"layer3.1.bn2.weight": np.full(256, np.nan, np.float32)})
+    with pytest.raises(interop.WeightsError, match=r"non-finite values \(NaN or inf\) in layer3"):
+        interop.load_torch_resnet(nan, "resnet18")
     state["layer2.0.conv1.weight"] = state["layer2.0.conv1.weight"][:, :, :1, :1]
     state["layer5.0.conv1.weight"] = state.pop("layer4.1.conv2.weight")
     with pytest.raises(UsageError) as error:
