@@ -56,12 +56,15 @@ CASES = [  # (argv, what the message must say); "OUT" is replaced by a fresh run
     (["sample", "--hf", "HF_EPS"], "layer_norm_epsilon -1: must be > 0"),
     (["sample", "--hf", "HF_INDEX"], "model.safetensors.index.json: cannot read it as JSON"),
     (["sample", "--hf", "HF_MAP"], "weight_map ['a.safetensors']: must map each weight's name"),
+    (["sample", "--hf", "NOWHERE"], "config.json: cannot read it as JSON"),
     # frost rl: steps that an iteration does not divide, observations PPO cannot take, eval of a
     # checkpoint that no `frost rl` wrote, plot of a run with nothing logged
     (["rl", "ppo", "--steps", "1", "--out", "OUT"], "--steps 1: must be a multiple of 512"),
     (["rl", "dqn", "--steps", "100", "--out", "OUT"], "must be a multiple of 8 (dqn on cartpole"),
     (["rl", "ppo", "--env", "gym:Blackjack-v1", "--out", "OUT"], "needs array observations"),
     (["rl", "eval", "NOTRL"], "not a `frost rl` checkpoint"),
+    (["rl", "eval", "NOWHERE"], "no checkpoint/ here"),
+    (["rl", "ppo", "--env", "gym:FrozenLake-v1", "--out", "OUT"], "not Discrete(16)"),
     (["plot", "EMPTYRUN"], "no loss records to plot yet"),
     (G + ["--data", "NOWHERE"], "neither kjv nor a text file"),
     (G + ["--data", "BINARY", "--out", "OUT"], "not UTF-8 text"),
