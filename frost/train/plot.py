@@ -17,7 +17,7 @@ def plot(run_dir, out=None) -> pathlib.Path:
     out = pathlib.Path(out) if out else pathlib.Path(run_dir) / "curves.png"
     if any("return" in r for r in records):  # a `frost rl` run: one record per seed per report
         return returns(records, out, str(run_dir))
-    if not any("loss" in r for r in records):
+    if not any(key in r for r in records for key in ("loss", "test_loss", "validation_loss")):
         raise UsageError(f"{path}: no loss records to plot yet (a run logs one every 20 steps)")
     fig = Figure(figsize=(10, 4))
     ax_loss, ax_acc = fig.subplots(1, 2)
