@@ -338,7 +338,8 @@ def test_text_data_from_any_utf8_file(tmp_path):
     )
     d = workloads.load("gpt", str(path), tmp_path, progress=False)
     assert d.classes == workloads.VOCAB and d.arrays["eval_x"].shape[1] == workloads.SEQ_LEN
-    assert (tmp_path / "gpt" / "tokenizer.json").exists()
+    # one folder per content: the same path with other text is other data
+    assert (tmp_path / "gpt" / d.fingerprint / "tokenizer.json").exists()
     path.write_text("too little text\n" * 40)
     with pytest.raises(Exception, match="too little text|fewer than one window"):
         workloads.load("gpt", str(path), tmp_path / "again", progress=False)

@@ -34,13 +34,12 @@ import numpy as np
 
 from frost import optim, parallel
 from frost.audit.protocol import MUON_ADAM_LR
-from frost.optim.registry import build, resolve
+from frost.config import UsageError
+from frost.optim.registry import build, describe, resolve
 from frost.train.loop import train_step
 
-CHUNK, PLACEHOLDER = (
-    10,
-    0.5,
-)  # steps per compiled call; a non-zero build value for hyper-parameters set later
+CHUNK = 10  # steps per compiled call
+PLACEHOLDER = 0.5  # a non-zero build value for hyper-parameters set later
 _programs, _evals, _keys = {}, {}, {}
 
 
@@ -90,12 +89,12 @@ def _held(workload, data, name, axes) -> dict:
         keys = optim.get_hyperparams(
             jax.eval_shape(_make(workload, data, name, {}, axes).init, model)
         )
-        _keys[tag] = {
-            a: found
-            for a in axes
-            if a != "learning_rate"
-            if (found := [k for k in keys if k == a or k.endswith("/" + a)])
-        }
+        held = {}
+        for a in axes:
+            found = [k for k in keys if k == a or k.endswith("/" + a)]  # "muon/momentum"
+            if a != "learning_rate" and found:
+                held[a] = found
+        _keys[tag] = held
     return _keys[tag]
 
 
@@ -110,16 +109,54 @@ def groups(workload, data, name, runs) -> list[Group]:
     return [Group(rs, dict(zip(built, values))) for values, rs in out.items()]
 
 
+def probe(workload, data, name, hyperparams: dict) -> None:
+    """Refuse an optimizer that cannot run, before any training: its init, one training step
+    and its evaluation parameters, built as the trial `hyperparams` would be, are traced on the
+    workload's shapes (jax.eval_shape: nothing is computed). Raises a one-line UsageError naming
+    the exception and where the user's code raised it."""
+    entry = resolve(name)
+    try:
+        (group,) = groups(workload, data, name, [Run(hyperparams, 0, CHUNK)])
+
+        def first_step(key, peak, total):  # as in _program: the schedule's peak and total traced
+            opt = _make(workload, data, name, group.built, tuple(hyperparams), peak, total)
+            model = workload.model(data, key)
+            step = train_step(opt, hessian=entry.hessian)
+            model, state, _ = step(model, opt.init(model), workload.draw(data.arrays, key), key)
+            return evaluated(opt)(model, state)
+
+        jax.eval_shape(first_step, jax.random.key(0), jnp.float32(1), jnp.int32(CHUNK))
+    except UsageError:
+        raise
+    except Exception as e:
+        raise UsageError(f"--optimizer {name}: cannot train: {describe(e, entry.file)}") from None
+
+
+def evaluated(opt):
+    """`(params, state) -> the parameters to evaluate`: the optimizer's `eval_params` (a
+    registry.WithEval: schedule-free's averaged point), else the parameters themselves."""
+    return getattr(opt, "eval_params", lambda params, state: params)
+
+
+def _axes(states):
+    """The vmap axes of stacked optimizer states: integer leaves (step counters) are shared."""
+    return jax.tree.map(lambda x: None if jnp.issubdtype(x.dtype, jnp.integer) else 0, states)
+
+
 def _init(workload, data, opt, seeds, values, peaks):
     """Stacked (models, optimizer states, peak learning rates, keys, diverged step) of K runs from
     their seeds (K,), the state's hyper-parameters {key: (K,)} and peaks (K,). Run eagerly: its
     random initialisers take longer to compile as one program than to run op by op."""
     keys = jax.vmap(jax.random.key)(seeds)
     models = jax.vmap(lambda k: workload.model(data, jax.random.fold_in(k, 0)))(keys)
-    states = jax.vmap(lambda s, v: optim.set_hyperparams(s, **v))(
-        jax.vmap(opt.init)(models), values
+    states = jax.vmap(opt.init)(models)
+    if values:  # (vmap needs an array: a state may hold none, optax.EmptyState)
+        states = jax.vmap(lambda s, v: optim.set_hyperparams(s, **v))(states, values)
+    # counters shared; every other leaf its own buffer, as the chunk donates its carry (a state
+    # may hold one array twice: prodigy's, cocob's)
+    states = jax.tree.map(
+        lambda x: x[0] if jnp.issubdtype(x.dtype, jnp.integer) else jnp.copy(x), states
     )
-    states = jax.tree.map(lambda x: x[0] if jnp.issubdtype(x.dtype, jnp.integer) else x, states)
     return (
         models,
         states,
@@ -135,9 +172,7 @@ def _program(workload, data, name, built, axes, threshold):
 
     def body(c, t, arrays, total):
         models, states, peaks, keys, bad = c
-        axes_in = jax.tree.map(
-            lambda x: None if jnp.issubdtype(x.dtype, jnp.integer) else 0, states
-        )
+        axes_in = _axes(states)
 
         def one(model, state, peak, key):  # train_step's default loss: softmax cross-entropy
             step = train_step(
@@ -213,7 +248,8 @@ def run_group(workload, data, name, group: Group, max_runs: int | None = None) -
             break  # every run has diverged
     if workload.name not in _evals:
         _evals[workload.name] = jax.jit(jax.vmap(workload.eval_loss, in_axes=(0, None)))
-    final = np.asarray(_evals[workload.name](carry[0], data.arrays))
+    models = jax.vmap(evaluated(opt), in_axes=(0, _axes(carry[1])))(carry[0], carry[1])
+    final = np.asarray(_evals[workload.name](models, data.arrays))
     seconds = (time.perf_counter() - start) / len(runs)
     bad = np.where(
         (np.asarray(carry[-1]) < 0) & ~np.isfinite(final), steps - 1, np.asarray(carry[-1])

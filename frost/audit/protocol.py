@@ -37,6 +37,9 @@ import scipy.stats
 
 from frost.optim.registry import ALIASES
 
+# in every run's key: a change to the rules that changes the numbers raises it
+VERSION = 2
+
 
 class Grid(NamedTuple):
     lr: float  # the learning-rate centre as a multiple of the workload's AdamW centre

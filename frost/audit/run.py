@@ -26,15 +26,24 @@ from frost import atomic
 from frost.audit import engine, protocol, report, workloads
 from frost.config import UsageError, flag
 from frost.optim.registry import resolve
+from frost.train.job import claim
 
-BUDGETS, QUICK_BUDGETS = (
-    (0.5, 1, 2, 4),
-    (0.5, 1, 2),
-)  # AdamW's budgets for the speedup, in units of the budget
+# AdamW's budgets for the speedup, in units of the budget
+BUDGETS = (0.5, 1, 2, 4)
+QUICK_BUDGETS = (0.5, 1, 2)
 
 
-def run_id(workload, name, run: engine.Run) -> str:
-    digest = hashlib.sha1(json.dumps(run.hyperparams, sort_keys=True).encode()).hexdigest()[:10]
+def run_id(workload, data, name, run: engine.Run) -> str:
+    """The run's file name: readable parts, then a hash of everything that determines its
+    numbers: the hyper-parameters, the data's content, the protocol's version and, for a user's
+    optimizer, its module's source. A run file of other data or code is never read."""
+    key = {
+        "hyperparams": run.hyperparams,
+        "data": data.fingerprint,
+        "protocol": protocol.VERSION,
+        "source": resolve(name).digest,
+    }
+    digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:10]
     return f"{workload}-{re.sub(r'[^A-Za-z0-9.-]+', '-', name)}-{run.steps}-s{run.seed}-{digest}"
 
 
@@ -57,15 +66,11 @@ class Audit:
         self.cfg, self.out = cfg, pathlib.Path(cfg.out)
         # AdamW's budgets, in units of the tuning budget
         self.budgets = QUICK_BUDGETS if cfg.quick else BUDGETS
-        self.bar, self.work, self.done, self.trained, self.start = (
-            None,
-            0.0,
-            0.0,
-            0.0,
-            time.perf_counter(),
-        )
-        # bar: the progress bar over runs; work: the plan's (steps x cost); done and trained: so
-        # far, all and new
+        self.bar = None  # the progress bar over runs
+        self.work = 0.0  # the plan's work (steps x cost)
+        self.done = 0.0  # work so far, from disk or trained
+        self.trained = 0.0  # work trained by this process
+        self.start = time.perf_counter()
 
     def steps(self, wl) -> int:
         return self.cfg.budget or (round(wl.steps / 60) * 20 if self.cfg.quick else wl.steps)
@@ -73,8 +78,8 @@ class Audit:
     def trials(self, wl, name) -> list[dict]:
         return protocol.grid(name, resolve(name).make, wl.lr, self.cfg.quick)
 
-    def path(self, wl, name, run) -> pathlib.Path:
-        return self.out / "runs" / f"{run_id(wl.name, name, run)}.json"
+    def path(self, wl, data, name, run) -> pathlib.Path:
+        return self.out / "runs" / f"{run_id(wl.name, data, name, run)}.json"
 
     def train(self, wl, data, name, runs, cost) -> list[dict]:
         """The results of `runs` (one optimizer): from disk, or trained N at a time and saved."""
@@ -85,13 +90,13 @@ class Audit:
                 # a full batch: one program per optimizer
                 pad = n - len(batch) if len(group.runs) > n else 0
                 work = sum(r.steps for r in batch) * cost
-                if not all(self.path(wl, name, r).exists() for r in batch):
+                if not all(self.path(wl, data, name, r).exists() for r in batch):
                     results = engine.run_group(
                         wl, data, name, engine.Group(batch + batch[-1:] * pad, group.built)
                     )
                     (self.out / "runs").mkdir(parents=True, exist_ok=True)
                     for r, result in zip(batch, results):  # a run already on disk keeps its record
-                        path = self.path(wl, name, r)
+                        path = self.path(wl, data, name, r)
                         if not path.exists():
                             atomic.write(
                                 path,
@@ -107,7 +112,7 @@ class Audit:
                             )
                     self.trained += work
                 self.tick(len(batch), work)
-        return [json.loads(self.path(wl, name, r).read_text()) for r in runs]
+        return [json.loads(self.path(wl, data, name, r).read_text()) for r in runs]
 
     def tick(self, runs, work):
         """Advance the bar; the time left is the work left at the rate of the work trained so
@@ -190,16 +195,23 @@ def audit(cfg, progress: bool = True) -> pathlib.Path:
     kinds = ("gpt", "image") if cfg.workload == "all" else (cfg.workload,)
     fresh = not a.out.exists()
     try:
-        data = {k: workloads.load(k, cfg.data, a.out, progress) for k in kinds}
-    except UsageError:  # bad --data: leave no folder behind
+        data = {k: workloads.load(k, cfg.data, workloads.CACHE, progress) for k in kinds}
+        # the audit's identity: its options, with the data's content in place of its path
+        prints = ",".join(f"{k}:{d.fingerprint}" for k, d in data.items())
+        resume = (a.out / "config.json").exists()
+        claim(a.out, dataclasses.replace(cfg, data=prints), resume, again="--out")
+        variants = [
+            (wl, data[wl.kind])
+            for wl in workloads.WORKLOADS.values()
+            if wl.kind in kinds and not (cfg.quick and not wl.name.endswith("-s"))
+        ]
+        for wl, d in variants:  # every optimizer traced once before any run trains
+            for name in cfg.names:
+                engine.probe(wl, d, name, a.trials(wl, name)[0])
+    except UsageError:  # bad --data or --optimizer: leave no folder behind
         if fresh:
             shutil.rmtree(a.out, ignore_errors=True)
         raise
-    variants = [
-        (wl, data[wl.kind])
-        for wl in workloads.WORKLOADS.values()
-        if wl.kind in kinds and not (cfg.quick and not wl.name.endswith("-s"))
-    ]
     total, a.work = a.plan(variants, cfg.names)
     with tqdm(
         total=total, unit="run", desc="audit", disable=not progress, dynamic_ncols=True

@@ -16,7 +16,9 @@ loss is the mean cross-entropy on a fixed held-out set (64 windows; 2,000 images
 """
 
 import dataclasses
+import hashlib
 import math
+import os
 import pathlib
 from typing import NamedTuple
 
@@ -32,13 +34,19 @@ from frost.models import gpt
 from frost.train import image
 from frost.train.losses import eval_sums
 
-VOCAB, SEQ_LEN, EVAL_WINDOWS, EVAL_IMAGES = 512, 64, 64, 2000
+VOCAB = 512  # the text workloads' BPE vocabulary
+SEQ_LEN = 64  # tokens per training window
+EVAL_WINDOWS = 64  # held-out windows of text
+EVAL_IMAGES = 2000  # held-out images
+# the text workloads' tokenizers and tokens, one folder per text's content
+CACHE = pathlib.Path(os.environ.get("FROST_CACHE", "~/.cache/frost")).expanduser() / "audit"
 
 
 class Data(NamedTuple):
     # device arrays: "train" tokens, or "train_x"/"train_y"; "eval_x"/"eval_y"; "mean"/"std"
     arrays: dict
     classes: int  # vocabulary size or number of classes
+    fingerprint: str  # a hash of the content (the text, or the image arrays), whatever its path
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,7 +94,7 @@ class Workload:
         if self.kind == "gpt":
             tokens = data["train"]
             starts = jax.random.randint(key, (self.batch,), 0, tokens.shape[0] - SEQ_LEN - 1)
-            window = tokens[starts[:, None] + jnp.arange(SEQ_LEN + 1)]  # (B, T + 1)
+            window = tokens[starts[:, None] + jnp.arange(SEQ_LEN + 1)[None, :]]  # (B, T + 1)
             return window[:, :-1], window[:, 1:]
         i = jax.random.randint(key, (self.batch,), 0, data["train_x"].shape[0])
         x = image.normalise(data["train_x"][i], data["mean"], data["std"])  # (B, H, W, C)
@@ -120,19 +128,29 @@ WORKLOADS = {
 }
 
 
-def load(kind: str, source: str | None, out: pathlib.Path, progress: bool = True) -> Data:
+def load(kind: str, source: str | None, cache: pathlib.Path, progress: bool = True) -> Data:
     """The data of a workload kind on the device; `source` is --data (default: kjv,
-    fashion-mnist)."""
+    fashion-mnist); a text's tokenizer and tokens are kept in `cache`."""
     return (
-        _text(source or "kjv", out / "gpt", progress)
+        _text(source or "kjv", cache / "gpt", progress)
         if kind == "gpt"
         else _images(source or "fashion-mnist")
     )
 
 
+def fingerprint(*parts) -> str:
+    """A hash of the data's bytes: the text, or the arrays (numpy) in the order given."""
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(part.encode() if isinstance(part, str) else np.ascontiguousarray(part))
+    return h.hexdigest()[:16]
+
+
 def _text(source, folder: pathlib.Path, progress):
+    key = fingerprint(corpus.read_text(source))
+    # made once per content: reused from `folder` when the audit restarts, never for other text
+    folder = folder / key
     folder.mkdir(parents=True, exist_ok=True)
-    # made once: reused from `folder` when the audit restarts
     tok = corpus.prepare_text(source, folder, VOCAB, None, 8 * SEQ_LEN + 1, progress)
     dtype = text.token_dtype(tok.vocab_size)
     train, val = (np.fromfile(folder / f, dtype).astype(np.int32) for f in ("train.bin", "val.bin"))
@@ -150,6 +168,7 @@ def _text(source, folder: pathlib.Path, progress):
             "eval_y": jnp.asarray(x[:, 1:]),
         },
         tok.vocab_size,
+        key,
     )
 
 
@@ -171,6 +190,7 @@ def _images(source):
             "eval_x": image.normalise(jnp.asarray(tx[:EVAL_IMAGES]), **stats),
         },
         d.classes,
+        fingerprint(x, y, tx, ty, d.mean, d.std),
     )
 
 

@@ -7,17 +7,28 @@
 
 Every entry's `make(learning_rate, **hyperparams)` returns an optax-protocol
 GradientTransformation. A user optimizer is named `MODULE:FUNCTION` (imported from sys.path, the
-current directory first) and follows the same signature; an optax optimizer works, e.g.
-`optax:adamw`. Sophia needs a Hessian-diagonal estimate each refresh step: `hessian` names the
-estimator the training step feeds it (Liu et al. 2023: Sophia-G uses Gauss-Newton-Bartlett,
+current directory first, which is taken off again: a local scipy.py never shadows a later
+import) and follows the same signature; an optax optimizer works, e.g. `optax:adamw`. Its `make`
+may also return `(optimizer, eval_params)`, where `eval_params(params, state)` gives the
+parameters to evaluate (schedule-free AdamW's averaged point:
+`optax.contrib.schedule_free_eval_params`); `build` then returns a `WithEval`. An exception in a
+user's code is a UsageError of one line naming the exception and its file and line (`describe`).
+
+Sophia needs a Hessian-diagonal estimate each refresh step: `hessian` names the estimator the
+training step feeds it (Liu et al. 2023: Sophia-G uses Gauss-Newton-Bartlett,
 Sophia-H Hutchinson).
 """
 
 import functools
+import hashlib
 import importlib
+import pathlib
 import sys
+import traceback
 from collections.abc import Callable
 from typing import NamedTuple
+
+import jax
 
 from frost.config import UsageError
 from frost.optim import optimizers as o
@@ -27,6 +38,16 @@ from frost.optim.base import decay_mask
 class Entry(NamedTuple):
     make: Callable  # (learning_rate, **hyperparams) -> GradientTransformation
     hessian: str | None = None
+    file: str | None = None  # a user optimizer's module file
+    digest: str | None = None  # a hash of that file, in the key of its audit runs
+
+
+class WithEval(NamedTuple):
+    """An optimizer whose parameters to evaluate are `eval_params(params, state)`."""
+
+    init: Callable
+    update: Callable
+    eval_params: Callable
 
 
 OPTIMIZERS = {
@@ -39,6 +60,8 @@ OPTIMIZERS = {
     "sophia-h": Entry(o.sophia, "hutchinson"),
     "muon": Entry(o.muon),
 }
+# files that are not a user's: Python's import machinery ("<frozen ...>"), Frost's, JAX's
+_NOT_USER = ("<", str(pathlib.Path(__file__).parents[1]), str(pathlib.Path(jax.__file__).parent))
 ALIASES = {"sgd-nesterov": "sgd"}  # other names of entries (the audit's, issue 13's)
 NAMES = (*OPTIMIZERS, *ALIASES)  # every built-in name
 
@@ -58,32 +81,54 @@ def resolve(name: str) -> Entry:
             f"--optimizer {name!r}: choose one of {', '.join(OPTIMIZERS)}, or MODULE:FUNCTION "
             "for your own make(learning_rate, **hyperparams)"
         )
-    if "" not in sys.path:
-        sys.path.insert(0, "")
+    saved = list(sys.path)
+    sys.path.insert(0, "")  # the current directory, for this import only
     try:
-        make = getattr(importlib.import_module(module), function)
-    except (ImportError, AttributeError) as e:
-        raise UsageError(
-            f"--optimizer {name!r}: cannot import it ({type(e).__name__}: {e})"
-        ) from None
+        code = importlib.import_module(module)
+    except Exception as e:
+        raise UsageError(f"--optimizer {name}: cannot import it ({describe(e)})") from None
+    finally:
+        sys.path[:] = saved
+    make = getattr(code, function, None)
     if not callable(make):
-        raise UsageError(f"--optimizer {name!r}: {function} is not a function")
-    return Entry(make)
+        raise UsageError(f"--optimizer {name}: {module} has no function {function}")
+    file = getattr(code, "__file__", None)
+    digest = file and hashlib.sha256(pathlib.Path(file).read_bytes()).hexdigest()[:16]
+    return Entry(make, None, file, digest)
+
+
+def describe(e: BaseException, file: str | None = None) -> str:
+    """`Type: first line of the message (at FILE:LINE)`, the place being where a user's code
+    raised: the last frame in `file` if given, else the last one outside Frost, JAX and Python's
+    import machinery (a SyntaxError names its own)."""
+    frames = [
+        f for f in traceback.extract_tb(e.__traceback__) if not f.filename.startswith(_NOT_USER)
+    ]
+    frames = [f for f in frames if f.filename == file] or frames
+    if isinstance(e, SyntaxError):
+        frames = [traceback.FrameSummary(e.filename, e.lineno, "")]
+    lines = str(e).strip().splitlines() or [""]
+    where = f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+    return f"{type(e).__name__}: {lines[0]}{where}"
 
 
 def build(name: str, learning_rate, **hyperparams):
     """`resolve(name).make(learning_rate, **hyperparams)`; the registry's own optimizers decay
     only matrices and kernels (`mask=decay_mask` unless given). A hyper-parameter the function
-    rejects, or a result that is not a GradientTransformation, is a UsageError naming it."""
+    rejects (any exception in `make`), or a result that is neither a GradientTransformation nor
+    (optimizer, eval_params), is a UsageError naming it."""
     if frost_own(name):
         hyperparams.setdefault("mask", decay_mask)
+    entry = resolve(name)
     try:
-        opt = resolve(name).make(learning_rate, **hyperparams)
-    except (TypeError, ValueError) as e:
-        raise UsageError(f"--optimizer {name!r}: {e}") from None
+        opt = entry.make(learning_rate, **hyperparams)
+    except Exception as e:
+        raise UsageError(f"--optimizer {name}: {describe(e, entry.file)}") from None
+    if isinstance(opt, tuple) and len(opt) == 2 and hasattr(opt[0], "update"):
+        opt = WithEval(opt[0].init, opt[0].update, opt[1])  # (optimizer, eval_params)
     if not (callable(getattr(opt, "init", None)) and callable(getattr(opt, "update", None))):
         raise UsageError(
-            f"--optimizer {name!r} returned {type(opt).__name__}, not a GradientTransformation "
-            "(an object with init and update)"
+            f"--optimizer {name} returned {type(opt).__name__}, not a GradientTransformation "
+            "(an object with init and update) or (optimizer, eval_params)"
         )
     return opt

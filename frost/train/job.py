@@ -58,18 +58,20 @@ class Job:
         return {}
 
 
-def claim(run_dir, cfg, resume: bool | None = None) -> pathlib.Path:
+def claim(run_dir, cfg, resume: bool | None = None, again: str = "--resume") -> pathlib.Path:
     """The run directory of `cfg` (a config dataclass), checked before any work: empty (or
     absent) for a new run; for --resume, a run of the same configuration; `resume=None` for a
-    command without --resume. Writes config.json.
+    command without --resume. Writes config.json. `again`: the flag that continues a run, as
+    the messages name it (`frost audit` continues the audit in --out by running it again).
     Process 0 claims it and the others take its answer (frost.parallel.on_first): processes
     sharing --out never race, and a refusal is the same one line in every process."""
-    return pathlib.Path(parallel.on_first(lambda: str(_claim(pathlib.Path(run_dir), cfg, resume))))
+    made = parallel.on_first(lambda: str(_claim(pathlib.Path(run_dir), cfg, resume, again)))
+    return pathlib.Path(made)
 
 
-def _claim(run_dir: pathlib.Path, cfg, resume: bool | None) -> pathlib.Path:
+def _claim(run_dir: pathlib.Path, cfg, resume: bool | None, again: str) -> pathlib.Path:
     saved = run_dir / "config.json"
-    mine = dataclasses.asdict(cfg)
+    mine = json.loads(json.dumps(dataclasses.asdict(cfg)))  # as read back: tuples are lists
     if resume:
         if not saved.exists():
             raise UsageError(
@@ -79,7 +81,7 @@ def _claim(run_dir: pathlib.Path, cfg, resume: bool | None) -> pathlib.Path:
             theirs = json.loads(saved.read_text())
         except (OSError, json.JSONDecodeError) as e:
             raise UsageError(
-                f"--resume: {saved} is unreadable ({e}); start a new run with another --out"
+                f"{again}: {saved} is unreadable ({e}); start a new run with another --out"
             ) from None
         changed = ", ".join(
             f"{flag(k)} {theirs.get(k)!r}, now {mine.get(k)!r}"
@@ -88,7 +90,7 @@ def _claim(run_dir: pathlib.Path, cfg, resume: bool | None) -> pathlib.Path:
         )
         if changed:
             raise UsageError(
-                f"--resume: {run_dir} was made with other settings ({changed}); resume with the "
+                f"{again}: {run_dir} was made with other settings ({changed}); resume with the "
                 "same options, or choose another --out"
             )
     if run_dir.exists() and not run_dir.is_dir():

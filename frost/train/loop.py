@@ -35,6 +35,7 @@ from frost.nn import precision as mixed
 from frost.optim import (
     all_finite,
     apply_updates,
+    call_update,
     find_states,
     get_hyperparams,
     global_norm,
@@ -112,7 +113,8 @@ def train_step(
             # Sophia: refresh the Hessian estimate first
             else update_hessian(opt_state, lambda: HESSIAN[hessian](objective, model, batch, key))
         )
-        updates, new_opt_state = optimizer.update(grads, new_opt_state, model)
+        # value=: the loss, for an optimizer whose update takes extra arguments (optax.polyak_sgd)
+        updates, new_opt_state = call_update(optimizer, grads, new_opt_state, model, value=loss)
         new_model = nn.update_buffers(apply_updates(model, updates), stats_model)
         finite = jnp.isfinite(loss) & all_finite(new_model) & all_finite(new_opt_state)
         # dynamic_scaling handles overflowing grads
