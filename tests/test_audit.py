@@ -13,10 +13,12 @@ import time
 import jax
 import numpy as np
 import pytest
+import scipy.stats
 
-from frost.audit import engine, protocol, run, workloads
+from frost.audit import engine, protocol, report, run, workloads
 from frost.audit.cli import AuditConfig
 from frost.cli import main as cli
+from frost.optim import registry
 
 SMALL = ["--workload", "image", "--quick", "--budget", "20"]  # the smallest end-to-end audit
 WL = workloads.WORKLOADS["image-s"]
@@ -343,3 +345,45 @@ def test_text_data_from_any_utf8_file(tmp_path):
     path.write_text("too little text\n" * 40)
     with pytest.raises(Exception, match="too little text|fewer than one window"):
         workloads.load("gpt", str(path), tmp_path / "again", progress=False)
+
+
+# --- intervals, words and verdicts ----------------------------------------------------------
+
+
+def test_speedup_interval_welch_and_verdicts_by_hand():
+    # per-seed reaches of AdamW for an optimizer run of 100 steps: speedups 1.5, 2.0, 2.5
+    s = protocol.speedup_interval([(150, "="), (200, "="), (250, "=")], 100)
+    logs = np.log([1.5, 2.0, 2.5])
+    half = 4.302653 * logs.std(ddof=1) / math.sqrt(3)
+    assert s.mean == pytest.approx(math.exp(logs.mean()))
+    assert (s.low, s.high) == pytest.approx(
+        (math.exp(logs.mean() - half), math.exp(logs.mean() + half))
+    )
+    assert protocol.verdict(s, 1.0) == "supported" and protocol.verdict(s, 5.0) == "refuted"
+    assert protocol.verdict(s, 2.0) == "inconclusive"
+    assert protocol.words(s) == "faster than tuned AdamW"
+    wide = protocol.speedup_interval([(50, "="), (200, "="), (120, "=")], 100)
+    assert "inconclusive at this scale" in protocol.words(wide) and "seeds" in protocol.words(wide)
+    # below AdamW's shortest budget on one seed: that side is open, and never shown as a point
+    low = protocol.speedup_interval([(50, "<"), (60, "="), (55, "=")], 100)
+    assert low.open_low and protocol.words(low) == "slower than tuned AdamW"
+    assert protocol.verdict(low, 0.2) == "inconclusive"  # its low end is unknown
+    assert report._interval(low).startswith("<") and "[<" in report._interval(low)
+    xs, ys = [1.0, 1.2, 1.1, 0.9], [1.5, 1.4, 1.7]
+    d, half, p = protocol.welch(xs, ys)
+    assert d == pytest.approx(np.mean(xs) - np.mean(ys))
+    assert p == pytest.approx(scipy.stats.ttest_ind(xs, ys, equal_var=False).pvalue)
+
+
+def test_a_a_control_finds_no_difference(tmp_path, monkeypatch):
+    """AdamW against itself under another name (an alias shares its grid): the speedup
+    interval contains 1, and a claim of 1.5 is not supported."""
+    monkeypatch.setitem(registry.ALIASES, "adamw-again", "adamw")
+    monkeypatch.setattr(registry, "NAMES", (*registry.NAMES, "adamw-again"))
+    out = tmp_path / "aa"
+    argv = [*SMALL, "--optimizers", "adamw,adamw-again", "--claim", "adamw-again=1.5"]
+    assert cli(["audit", *argv, "--out", str(out)]) == 0
+    saved = json.loads((out / "results.json").read_text())
+    (claim,) = saved["claims"]
+    assert claim["low"] <= 1 <= claim["high"] and claim["verdict"] != "supported"
+    assert "| adamw-again 1.5x | image-s | 1.5x |" in (out / "report.md").read_text()

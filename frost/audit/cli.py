@@ -3,9 +3,10 @@
 
     frost audit [--workload gpt|image|all] [--optimizers adamw,lion,sophia,muon] [--optimizer
     MODULE:FUNC ...]
-                [--data PATH] [--budget S] [--seeds N] [--quick] [--out DIR]
+                [--data PATH] [--budget S] [--seeds N] [--quick] [--claim NAME=X ...]
+                [--out DIR]
 
-The options are generated from `AuditConfig` (frost.config), except the repeatable --optimizer.
+The options are generated from `AuditConfig` (frost.config).
 No JAX is imported until the audit starts, so `frost --help` stays fast.
 """
 
@@ -37,11 +38,15 @@ class AuditConfig(Checked):
         "sgd-nesterov (= sgd)",
         _names,
     )
-    optimizer: tuple = option(
+    optimizer: tuple[str, ...] = option(
         (),
         "a user optimizer MODULE:FUNCTION, make(learning_rate, **hyperparams) -> an "
-        "optax-style GradientTransformation (repeatable)",
-        cli=False,
+        "optax-style GradientTransformation, or (it, eval_params(params, state)) (repeatable)",
+    )
+    claim: tuple[str, ...] = option(
+        (),
+        "NAME=SPEEDUP: a paper's claimed step speedup over AdamW, judged by the report's verdict "
+        "table (repeatable, e.g. --claim sophia=2)",
     )
     data: str | None = option(
         None,
@@ -81,6 +86,24 @@ class AuditConfig(Checked):
                     f"--optimizer {name!r}: give MODULE:FUNCTION (built-ins go in --optimizers)"
                 )
             resolve(name)  # UsageError if it does not import
+        for claim in self.claim:
+            name, _, value = claim.partition("=")
+            if name not in self.names:
+                raise UsageError(
+                    f"--claim {claim!r}: give NAME=SPEEDUP for an audited optimizer "
+                    f"({', '.join(self.names)})"
+                )
+            try:
+                ok = float(value) > 0
+            except ValueError:
+                ok = False
+            if not ok:
+                raise UsageError(f"--claim {claim!r}: the speedup must be a number > 0")
+
+    @property
+    def claims(self) -> dict:
+        """{optimizer: claimed step speedup over tuned AdamW}."""
+        return {c.partition("=")[0]: float(c.partition("=")[2]) for c in self.claim}
 
     @property
     def names(self) -> list[str]:
@@ -101,18 +124,11 @@ def add_commands(sub) -> None:
         "audit skips the runs already on disk.",
     )
     add_options(p, [AuditConfig])
-    p.add_argument(
-        "--optimizer",
-        action="append",
-        default=[],
-        metavar="MODULE:FUNC",
-        help=dataclasses.fields(AuditConfig)[2].metadata["help"],
-    )
     p.set_defaults(run=_audit)
 
 
 def _audit(args):
-    cfg = from_args(AuditConfig, args, "`frost audit`", optimizer=tuple(args.optimizer))
+    cfg = from_args(AuditConfig, args, "`frost audit`")
     from frost.audit.run import audit
 
     print(f"report: {audit(cfg)}")

@@ -24,6 +24,16 @@ are the rules the report states:
   over the optimizer's steps (`>`, `<`: beyond those budgets). *Wall-clock*: the same in
   seconds, the optimizer's own cost included (runs vmapped {seeds} at a time, seconds shared
   equally).
+- **Intervals** (per-seed speedups): fresh seed s of the optimizer is read against tuned AdamW's
+  budget ladder of the same seed s; the step speedup is the geometric mean over seeds with a 95%
+  Student-t interval on the log speedups (a seed beyond AdamW's budgets counts at the bound and
+  leaves that side open: `<`, `>`). Wall-clock intervals are the step intervals times the cost
+  ratio. Final losses differ from tuned AdamW's by a Welch interval and p-value.
+- **Words and verdicts**: "faster" or "slower" only when the speedup interval excludes 1, "rises"
+  or "falls with scale" only when two sizes' intervals do not overlap; otherwise "inconclusive
+  at this scale", with the seeds a 5% test with 80% power would need. A claim (`--claim
+  NAME=SPEEDUP`) is *supported* when the interval's low end reaches it, *refuted* when its high
+  end stays below it, else *inconclusive*.
 - **Paper baseline**: AdamW untuned, with the defaults a paper would use; *vs paper baseline* is
   the speedup one would report against it.
 """
@@ -166,3 +176,75 @@ def lr_range(runs, tolerance: float = TOLERANCE) -> float:
 def best_trial(runs):
     """The run with the lowest final loss among those that did not diverge (None if all did)."""
     return min((r for r in runs if not r["diverged"]), key=lambda r: r["final_loss"], default=None)
+
+
+class Interval(NamedTuple):
+    """A speedup (geometric mean over seeds) and its 95% interval; `open_low` / `open_high`: a
+    seed fell beyond AdamW's budgets on that side, so the interval extends past `low` / `high`."""
+
+    mean: float
+    low: float
+    high: float
+    open_low: bool = False
+    open_high: bool = False
+    sd: float = math.nan  # of the per-seed log speedups
+
+
+def speedup_interval(reaches, steps: int) -> Interval:
+    """The step speedup from per-seed `reaches`, [(AdamW's steps to the optimizer's loss on that
+    seed, bound)] (steps_to_reach on the seed's own AdamW ladder): a Student-t interval on the log
+    speedups, exponentiated; a bound counts at its value and opens its side."""
+    # rounded: steps_to_reach's log-space interpolation is exact only to a few ulps
+    logs = np.round(np.log([r / steps for r, _ in reaches]), 12)
+    mean, half = mean_ci(logs)
+    half = 0.0 if math.isnan(half) else half
+    bounds = {b for _, b in reaches}
+    return Interval(
+        math.exp(mean),
+        math.exp(mean - half),
+        math.exp(mean + half),
+        open_low="<" in bounds,  # AdamW needs fewer steps than its shortest budget: smaller
+        open_high=">" in bounds,  # more than its longest: larger
+        sd=float(np.std(logs, ddof=1)) if len(logs) > 1 else math.nan,
+    )
+
+
+def welch(xs, ys) -> tuple[float, float, float]:
+    """(mean(xs) - mean(ys), its 95% half-width, p-value): Welch's t-test, unequal variances."""
+    xs, ys = np.asarray(xs, float), np.asarray(ys, float)
+    vx, vy = xs.var(ddof=1) / len(xs), ys.var(ddof=1) / len(ys)
+    dof = (vx + vy) ** 2 / (vx**2 / (len(xs) - 1) + vy**2 / (len(ys) - 1))
+    half = scipy.stats.t.ppf(0.975, dof) * math.sqrt(vx + vy)
+    p = scipy.stats.ttest_ind(xs, ys, equal_var=False).pvalue
+    return float(xs.mean() - ys.mean()), float(half), float(p)
+
+
+def verdict(s: Interval, claimed: float) -> str:
+    """`supported` when the whole interval reaches the claim (low >= claimed), `refuted` when
+    it stays below it (high < claimed), else `inconclusive`."""
+    if s.low >= claimed and not s.open_low:
+        return "supported"
+    if s.high < claimed and not s.open_high:
+        return "refuted"
+    return "inconclusive"
+
+
+def seeds_to_decide(s: Interval, against: float = 1.0) -> int | None:
+    """Seeds a two-sided 5% test with 80% power needs to tell the speedup from `against`, from
+    the measured spread: n = ((z_0.975 + z_0.8) sd / |log speedup - log against|)^2."""
+    effect = abs(math.log(s.mean) - math.log(against))
+    if not effect or math.isnan(s.sd):
+        return None
+    return math.ceil(((1.959964 + 0.841621) * s.sd / effect) ** 2)
+
+
+def words(s: Interval) -> str:
+    """ "faster" / "slower" only when the interval excludes 1; else inconclusive, with the seeds
+    that would decide it."""
+    if s.low > 1 and not s.open_low:
+        return "faster than tuned AdamW"
+    if s.high < 1 and not s.open_high:
+        return "slower than tuned AdamW"
+    n = seeds_to_decide(s)
+    more = f"; about {n} seeds would decide it" if n else ""
+    return f"inconclusive at this scale (the interval contains 1{more})"

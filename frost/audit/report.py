@@ -4,9 +4,14 @@ OUT/curves.png (each optimizer's best configuration, mean over the fresh seeds) 
 (final loss against learning rate: the sensitivity curve).
 """
 
+import importlib.metadata
 import json
 import math
+import os
+import pathlib
+import subprocess
 
+import jax
 import numpy as np
 
 from frost import atomic
@@ -45,6 +50,19 @@ def _ratio(a, b):
     return a[0] / b[0], "=" if not kinds else kinds.pop() if len(kinds) == 1 else "?"
 
 
+def _interval(s) -> str:
+    """`1.52x [1.31, 1.77]`; a side past AdamW's budgets is a bound (`<0.50`), and so is the
+    centre then (`<0.48x`): never a point."""
+    if s is None:
+        return "n/a"
+    centre = (
+        "?" if s.open_low and s.open_high else "<" if s.open_low else ">" if s.open_high else ""
+    )
+    low = f"{'<' if s.open_low else ''}{s.low:.2f}"
+    high = f"{'>' if s.open_high else ''}{s.high:.2f}"
+    return f"{centre}{s.mean:.2f}x [{low}, {high}]"
+
+
 def _hp(h) -> str:
     return ", ".join(f"{k} {v:g}" for k, v in h.items()) if h else "all diverged"
 
@@ -58,6 +76,12 @@ def summarise(res) -> dict:
         for b, runs in res["curve"].items()
         if (ok := [r["final_loss"] for r in runs if not r["diverged"]])
     }
+    ladders = {}  # {seed: {budget: tuned AdamW's final loss}}: each seed's own ladder
+    for budget, runs in res["curve"].items():
+        for r in runs:
+            if not r["diverged"]:
+                ladders.setdefault(r["seed"], {})[budget] = r["final_loss"]
+    reference = [r["final_loss"] for r in finals.get("adamw", []) if not r["diverged"]]
     adamw = [
         *res["tuning"]["adamw"],
         *finals.get("adamw", []),
@@ -74,14 +98,31 @@ def summarise(res) -> dict:
             else (math.nan, "?")
         )
         per_step = [np.median([r["seconds"] / r["steps"] for r in rs]) for rs in (adamw, timed)]
+        reaches = []  # per fresh seed: AdamW's steps to this seed's loss on its own ladder
+        for r in runs:
+            if not r["diverged"] and r["seed"] in ladders:
+                ladder = ladders[r["seed"]]
+                reaches.append(
+                    protocol.steps_to_reach(list(ladder), list(ladder.values()), r["final_loss"])
+                )
+        step = protocol.speedup_interval(reaches, steps) if reaches else None
+        cost = per_step[0] / per_step[1]  # AdamW's seconds per step over the optimizer's
+        wall = None
+        if step is not None:
+            wall = step._replace(mean=step.mean * cost, low=step.low * cost, high=step.high * cost)
+        welch = None
+        if min(len(losses), len(reference)) > 1:
+            welch = protocol.welch(losses, reference)
         return {
+            "interval": step,
+            "wall_interval": wall,
+            "welch": welch,
             "hp": hp,
             "mean": mean,
             "ci": ci,
             "n": len(losses),
             "of": len(runs),
             "speed": (reach[0] / steps, reach[1]),
-            "wall": (reach[0] / steps * per_step[0] / per_step[1], reach[1]),
             "stable": tuning and protocol.stable_fraction(tuning),
             "range": tuning and protocol.lr_range(tuning),
         }
@@ -104,7 +145,7 @@ def summarise(res) -> dict:
 def _table(rows) -> list[str]:
     out = [
         "| optimizer | best hyper-parameters | final loss (mean ± 95% CI) | stable | LR range | "
-        "step speedup | wall-clock speedup | vs paper baseline |",
+        "step speedup [95%] | wall-clock speedup [95%] | vs paper baseline |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for name, r in rows.items():
@@ -118,8 +159,8 @@ def _table(rows) -> list[str]:
             "" if r["range"] is None else "n/a" if math.isnan(r["range"]) else f"{r['range']:.0f}x"
         )
         out.append(
-            f"| {name} | {_hp(r['hp'])} | {loss} | {stable} | {width} | {_speed(r['speed'])} | "
-            f"{_speed(r['wall'])} | {_speed(r['vs'])} |"
+            f"| {name} | {_hp(r['hp'])} | {loss} | {stable} | {width} | "
+            f"{_interval(r['interval'])} | {_interval(r['wall_interval'])} | {_speed(r['vs'])} |"
         )
     return out
 
@@ -137,21 +178,15 @@ def _findings(res, rows) -> list[str]:
                 "diverged."
             )
             continue
-        # the CIs overlap
-        noise = abs(r["mean"] - a["mean"]) <= np.nan_to_num(r["ci"]) + np.nan_to_num(a["ci"])
-        verdict = (
-            "within seed noise of"
-            if noise
-            else "better than"
-            if r["mean"] < a["mean"]
-            else "worse than"
-        )
-        here = (
-            "not seen here"
-            if r["speed"][0] <= 1 or verdict == "worse than"
-            else f"here {_speed(r['speed'])}" + (", within seed noise" if noise else "")
-        )
-        claim = f" Claimed: {CLAIMS[n]}; {here}." if n in CLAIMS else ""
+        if r["welch"] is None:
+            loss = f"its final loss is {r['mean']:.4f} (tuned AdamW's {a['mean']:.4f})"
+        else:
+            d, half, p = r["welch"]
+            loss = (
+                f"its final loss differs from tuned AdamW's by {d:+.4f} ± {half:.4f} "
+                f"(Welch p = {p:.2g})"
+            )
+        claim = f" Claimed: {CLAIMS[n]}." if n in CLAIMS else ""
         lrs = [h["learning_rate"] for h in res["trials"][n]]
         edge = (
             " Its best learning rate is at the edge of its grid: a wider grid may find a better "
@@ -160,9 +195,9 @@ def _findings(res, rows) -> list[str]:
             else ""
         )
         lines.append(
-            f"- **{n}**: step speedup {_speed(r['speed'])} over tuned AdamW (wall-clock "
-            f"{_speed(r['wall'])}, its own cost included); its final loss {r['mean']:.4f} is "
-            f"{verdict} tuned AdamW's ({a['mean']:.4f}).{claim} "
+            f"- **{n}**: step speedup {_interval(r['interval'])}, "
+            f"{protocol.words(r['interval']) if r['interval'] else 'not measured'} (wall-clock "
+            f"{_interval(r['wall_interval'])}, its own cost included); {loss}.{claim} "
             + (
                 f"Against the untuned paper baseline it would look {_speed(r['vs'])} as fast."
                 if _speed(r["vs"]) != "n/a"
@@ -185,19 +220,17 @@ def _scale(summaries) -> list[str]:
     for kind in ("gpt", "image"):
         small, large = summaries.get(f"{kind}-s", {}), summaries.get(f"{kind}-m", {})
         for n in [n for n in small if n in large and n not in ("adamw", BASE)]:
-            (a, x), (b, y) = small[n]["speed"], large[n]["speed"]
-            trend = (
-                "?"
-                if "?" in (x, y)
-                else "rises"
-                if b > a * 1.05
-                else "falls"
-                if b < a / 1.05
-                else "holds"
-            )
+            a, b = small[n]["interval"], large[n]["interval"]
+            if a is None or b is None:
+                continue
+            trend = "is inconclusive at this scale (the intervals overlap)"
+            if a.high < b.low and not (a.open_high or b.open_low):
+                trend = "rises with scale"
+            if b.high < a.low and not (b.open_high or a.open_low):
+                trend = "falls with scale"
             lines.append(
-                f"- **{n}** on {kind}: step speedup {_speed((a, x))} at {kind}-s, {_speed((b, y))} "
-                f"at {kind}-m: it {trend} with scale."
+                f"- **{n}** on {kind}: step speedup {_interval(a)} at {kind}-s, {_interval(b)} "
+                f"at {kind}-m: it {trend}."
             )
     return lines or ["- Only one width per workload was audited."]
 
@@ -243,9 +276,77 @@ def _sensitivity(ax, res):
     )
 
 
-def write(out, results, cfg, command):
+def provenance(data: str) -> dict:
+    """What determines the numbers besides the options: code, versions, devices, data."""
+    import frost
+
+    root = pathlib.Path(frost.__file__).parent.parent
+    git = ["git", "-C", str(root)]
+    try:
+        commit = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True)
+        dirty = subprocess.run([*git, "status", "--porcelain", "--", "frost"], capture_output=True)
+    except OSError:  # no git
+        commit = dirty = None
+    known = commit is not None and commit.returncode == 0
+    return {
+        "frost": importlib.metadata.version("frost"),
+        "commit": commit.stdout.strip() if known else None,
+        "dirty": bool(dirty.stdout) if known else None,
+        "jax": jax.__version__,
+        "jaxlib": importlib.metadata.version("jaxlib"),
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),
+        "devices": f"{jax.device_count()} x {jax.devices()[0].device_kind}",
+        "data": data,
+        "protocol": protocol.VERSION,
+    }
+
+
+def _verdicts(summaries, claims) -> tuple[list, list, list]:
+    """results.json's "claims" and "summary" rows, and report.md's verdict table."""
+    rows, summary = [], []
+    table = [
+        "## Verdicts\n",
+        "| claim | workload | claimed | measured speedup [95% interval] | verdict |",
+        "|---|---|---|---|---|",
+    ]
+    for workload, optimizers in summaries.items():
+        for n, r in optimizers.items():
+            s = r["interval"]
+            summary.append(
+                {
+                    "optimizer": n,
+                    "workload": workload,
+                    "final_loss": r["mean"] if r["n"] else None,
+                    "final_loss_low": r["mean"] - r["ci"] if r["n"] > 1 else None,
+                    "final_loss_high": r["mean"] + r["ci"] if r["n"] > 1 else None,
+                    "speedup": s and s.mean,
+                    "speedup_low": s and s.low,
+                    "speedup_high": s and s.high,
+                    "stable": r["stable"],
+                }
+            )
+            if n in claims:
+                rows.append(
+                    {
+                        "optimizer": n,
+                        "workload": workload,
+                        "claimed": claims[n],
+                        "speedup": s and s.mean,
+                        "low": s and s.low,
+                        "high": s and s.high,
+                        "verdict": protocol.verdict(s, claims[n]) if s else "inconclusive",
+                    }
+                )
+                table.append(
+                    f"| {n} {claims[n]:g}x | {workload} | {claims[n]:g}x | {_interval(s)} | "
+                    f"{rows[-1]['verdict']} |"
+                )
+    return rows, summary, [*table, ""] if rows else []
+
+
+def write(out, results, cfg, command, data: str = ""):
     """Write results.json, report.md and the plots; `results` is {workload: (Workload,
-    run.Audit.workload())}."""
+    run.Audit.workload())}; `data` the data's fingerprints, for the provenance."""
     runs = {}
     for _, res in results.values():
         for r in [
@@ -258,8 +359,11 @@ def write(out, results, cfg, command):
                 json.dumps([r[k] for k in KEYS[:4]] + [r["steps"]], sort_keys=True),
                 {k: r[k] for k in KEYS},
             )
-    atomic.write(out / "results.json", json.dumps({"runs": list(runs.values())}, indent=1))
     summaries = {name: summarise({**res, "kind": wl.kind}) for name, (wl, res) in results.items()}
+    claims, summary, verdicts = _verdicts(summaries, cfg.claims)
+    made = provenance(data)
+    saved = {"runs": list(runs.values()), "claims": claims, "summary": summary, "provenance": made}
+    atomic.write(out / "results.json", json.dumps(saved, indent=1))
     (first_wl, first), seconds = (
         next(iter(results.values())),
         sum(r["seconds"] for r in runs.values()),
@@ -273,7 +377,11 @@ def write(out, results, cfg, command):
     )
     text = [
         f"# Optimizer audit\n\n`{command}`: {len(runs)} runs, {seconds / 60:.1f} minutes of "
-        "training (compilation not counted).\n\n## Protocol\n",
+        "training (compilation not counted).\n",
+        *verdicts,
+        "## Provenance\n",
+        ", ".join(f"{k}: `{v}`" for k, v in made.items()) + "\n",
+        "## Protocol\n",
         rules,
         f"## Grid ({first_wl.name}; every workload scales the learning "
         "rates by its AdamW centre: "

@@ -217,4 +217,4 @@ def audit(cfg, progress: bool = True) -> pathlib.Path:
         total=total, unit="run", desc="audit", disable=not progress, dynamic_ncols=True
     ) as a.bar:
         results = {wl.name: (wl, a.workload(wl, d, cfg.names)) for wl, d in variants}
-    return report.write(a.out, results, cfg, command(cfg))
+    return report.write(a.out, results, cfg, command(cfg), prints)
