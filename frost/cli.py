@@ -16,6 +16,7 @@ import argparse
 import importlib
 import os
 import sys
+import traceback
 
 from frost.config import FrostError, UsageError
 
@@ -90,16 +91,25 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     compilation_cache()
+    from frost import parallel  # after huge_pages: it imports jax
+
     try:
         return args.run(args) or 0
     except FrostError as e:
         if debug:
             raise
-        print(f"frost: error: {e}", file=sys.stderr)
-        return 2 if isinstance(e, UsageError) else 1
+        line, code = f"frost: error: {e}", 2 if isinstance(e, UsageError) else 1
     except KeyboardInterrupt:
-        print("frost: interrupted", file=sys.stderr)
-        return 130
+        line, code = "frost: interrupted", 130
+    except Exception as e:
+        if (lost := parallel.failure(e)) is None:
+            raise
+        if debug:
+            traceback.print_exc()
+        line, code = f"frost: error: {lost}", 1
+    print(line, file=sys.stderr)
+    parallel.exit_now(code)  # many processes: now, so the others see this one go within seconds
+    return code
 
 
 if __name__ == "__main__":

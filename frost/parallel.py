@@ -15,6 +15,7 @@ multi-process runtime; each process feeds its share of the global batch
 
 import json
 import os
+import sys
 
 import jax
 import numpy as np
@@ -23,7 +24,10 @@ from jax.sharding import PartitionSpec as P
 
 from frost.config import FrostError, UsageError
 
-HEARTBEAT_S = 10  # seconds without a heartbeat before the runtime declares a process dead
+# seconds without a heartbeat before the runtime ends every process (in C++) because one is gone:
+# the backstop for a hung process. One that died is noticed sooner, at the next collective (its
+# sockets close), and reported in one line (`failure`); a long compile stays under this
+HEARTBEAT_S = 20
 MESSAGE_BYTES = 8192  # the most `on_first` broadcasts
 
 
@@ -182,6 +186,31 @@ def initialize(
     jax.distributed.initialize(
         coordinator, num_processes, process_id, heartbeat_timeout_seconds=HEARTBEAT_S
     )
+
+
+def failure(error: BaseException) -> str | None:
+    """The one line for an unexpected error in a multi-process run, most often a collective that
+    failed because another process died or gave up (raised as a runtime or value error from the
+    collective's dispatch); None in a single process, where a traceback shows a bug."""
+    if not jax.distributed.is_initialized():
+        return None
+    first = (str(error).strip().splitlines() or [""])[0]
+    return (
+        f"process {jax.process_index()} of {jax.process_count()}: {type(error).__name__}: "
+        f"{first}; another process of this run has probably stopped (see its output): start "
+        "every process again with --resume to continue from the last checkpoint (--debug shows "
+        "the traceback)"
+    )
+
+
+def exit_now(code: int) -> None:
+    """In a multi-process run, end this process now (`os._exit`), skipping the runtime's shutdown
+    barrier, which would wait for peers that are gone or stuck in a collective with this one; its
+    closed connections stop them at once too. A no-op in a single process."""
+    if jax.distributed.is_initialized():
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
 
 def on_first(fn):

@@ -107,3 +107,57 @@ def test_two_processes_on_localhost_match_one(jobs, strategies):
         result = last_json(out)
         assert result["process_count"] == 2
         np.testing.assert_allclose(result["losses"], strategies["resnet_1"]["losses"], rtol=2e-5)
+
+
+def _train(out, *extra):
+    """`frost train` of a tiny GPT on the first 60k characters of the KJV: 26 steps an epoch."""
+    args = "gpt --data kjv --limit 60000 --dim 32 --depth 1 --heads 2 --seq-len 32"
+    args += f" --batch-size 16 --epochs 6 --workers 0 --out {out}"
+    return [sys.executable, "-m", "frost.cli", "train", *args.split(), *extra]
+
+
+def _records(run_dir) -> dict:
+    """{step: loss or validation loss} from a run's metrics.jsonl."""
+    lines = (json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines())
+    return {(r["step"], "loss" in r): r.get("loss", r.get("validation_loss")) for r in lines}
+
+
+def test_a_killed_process_stops_the_other_and_both_resume(tmp_path):
+    """kill -9 one of two processes mid-epoch: the other exits within 30 s with one line, and
+    --resume on both ends at the losses of an uninterrupted single-process run."""
+    ref = subprocess.run(_train(tmp_path / "one"), env=env(1), capture_output=True, timeout=TIMEOUT)
+    assert ref.returncode == 0, ref.stderr[-2000:]
+    out, port = tmp_path / "two", free_port()
+
+    def start(i, *extra):
+        argv = _train(out, "--coordinator", f"127.0.0.1:{port}", "--num-processes", "2", *extra)
+        argv += ["--process-id", str(i)]
+        log = open(tmp_path / f"stderr {i}{extra}", "w+")  # noqa: SIM115 (a file, not a pipe
+        return subprocess.Popen(argv, env=env(1), stderr=log, text=True), log  # to fill up)
+
+    (first, log), (second, _) = start(0), start(1)
+    try:
+        while not (out / "checkpoints" / "step_00000052").exists():  # two epochs saved
+            assert first.poll() is None and second.poll() is None, "a process ended early"
+            time.sleep(0.02)
+        second.kill()
+        killed = time.monotonic()
+        first.wait(60)
+        waited = time.monotonic() - killed
+    finally:
+        for p in (first, second):
+            p.kill()
+            p.wait(10)
+    err = log.seek(0) or log.read()
+    lines = [line for line in err.replace("\r", "\n").splitlines() if "it/s" not in line]
+    assert first.returncode == 1 and waited < 30, (first.returncode, waited, err[-2000:])
+    assert lines[-1].startswith("frost: error: process 0 of 2: ") and "Traceback" not in err
+    assert "Check failure" not in err and sum("frost: error" in line for line in lines) == 1
+
+    port = free_port()
+    resumed = [start(i, "--resume") for i in range(2)]
+    for p, log in resumed:
+        assert p.wait(TIMEOUT) == 0, log.seek(0) or log.read()[-2000:]
+    got, want = _records(out), _records(tmp_path / "one")
+    assert got.keys() == want.keys()
+    np.testing.assert_allclose([got[k] for k in want], list(want.values()), rtol=1e-4)

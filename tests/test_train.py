@@ -14,7 +14,7 @@ import pytest
 from frost import checkpoint, data, optim
 from frost.cli import main as cli
 from frost.models import resnet
-from frost.train import loop, losses
+from frost.train import loop, losses, metrics
 
 
 @jax.jit  # one compile instead of one per eager init op
@@ -114,6 +114,29 @@ def test_non_finite_last_step_of_an_epoch_is_caught_before_the_checkpoint(tmp_pa
         state = loop.TrainState(jnp.int32(0), (), jax.random.key(0))
         loop.fit(state, step, loader, loop.FitConfig(epochs=1, run_dir=tmp_path, progress=False))
     assert checkpoint.latest(tmp_path / "checkpoints") is None
+
+
+def test_a_run_stopped_between_checkpoint_and_evaluation_evaluates_on_resume(tmp_path):
+    def step(model, opt_state, batch, key):
+        return model + 1, opt_state, {"loss": jnp.float32(0), "finite": jnp.bool_(True)}
+
+    def stopped(model):
+        raise KeyboardInterrupt  # as a kill right after the epoch's checkpoint
+
+    def fit(eval_fn, epochs):
+        state = loop.restore(tmp_path, loop.TrainState(jnp.int32(0), (), jax.random.key(0)))
+        # 6 batches an epoch
+        arrays = data.Arrays(np.zeros(48, np.float32))
+        with data.Loader(arrays, 8, shuffle=False, state=state.loader_state) as loader:
+            config = loop.FitConfig(epochs=epochs, run_dir=tmp_path, progress=False)
+            return loop.fit(state, step, loader, config, eval_fn)
+
+    with pytest.raises(KeyboardInterrupt):
+        fit(stopped, 2)
+    state = fit(lambda model: {"model": float(model)}, 2)
+    evaluated = [r for r in metrics.read(tmp_path / "metrics.jsonl") if "test_model" in r]
+    assert [(r["step"], r["test_model"]) for r in evaluated] == [(6, 6.0), (12, 12.0)]
+    assert state.last_eval == {"model": 12.0}
 
 
 def test_train_step_compiles_once_and_updates_batchnorm_statistics(key):

@@ -190,9 +190,11 @@ def evaluate(model, batches, eval_step, rows: int, place=lambda batch: batch) ->
 def distribute(state: TrainState, mesh: str | None, strategy: str, batch_size: int):
     """Lay the model and optimizer state out on a mesh ("data=8", "data=4,model=2"; see
     frost.parallel). Returns (state, shardings for make_train_step, place for fit); with no mesh,
-    the state is unchanged and batches go to the default device."""
-    if not mesh:
+    one process keeps the state as it is and batches go to the default device, and many processes
+    train data parallel over every device (never one model each)."""
+    if not mesh and jax.process_count() == 1:
         return state, None, lambda batch: batch
+    mesh = mesh or f"data={jax.device_count()}"
     tree, sh, batch_sh = parallel.distribute(
         {"model": state.model, "opt_state": state.opt_state}, mesh, strategy, batch_size
     )
@@ -313,6 +315,10 @@ def fit(
     run_dir = pathlib.Path(c.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     with metrics_log.Log(run_dir, state.step, c.tensorboard) as log:
+        if eval_fn is not None and state.step and loader.batch == 0:  # resumed at an epoch's end
+            path = run_dir / "metrics.jsonl"  # killed after its checkpoint, before its evaluation?
+            if not parallel.on_first(lambda: metrics_log.logged(path, state.step, c.eval_name)):
+                state = _evaluate(state, loader.epoch - 1, eval_fn, c, log)
         while loader.epoch < c.epochs and (c.max_steps is None or state.step < c.max_steps):
             epoch, policy = loader.epoch, _Policy(c.on_nonfinite, c.max_skips, run_dir)
             seen, t0, pending = 0, time.perf_counter(), None
@@ -364,19 +370,17 @@ def fit(
             # the checkpoint first: nothing after it (an evaluation) can lose the epoch
             save(run_dir, state, c.keep, **(c.meta or {}))
             if loader.epoch > epoch and eval_fn is not None:
-                result = eval_fn(state.model)
-                state = dataclasses.replace(state, last_eval=result)
-                log.write(
-                    {
-                        "step": state.step,
-                        "epoch": epoch,
-                        **{f"{c.eval_name}_{k}": v for k, v in result.items()},
-                    }
-                )
-                if c.progress:
-                    print(
-                        f"epoch {epoch + 1}: "
-                        + ", ".join(f"{c.eval_name} {k} {v:.4f}" for k, v in result.items()),
-                        flush=True,
-                    )
+                state = _evaluate(state, epoch, eval_fn, c, log)
     return state
+
+
+def _evaluate(state: TrainState, epoch: int, eval_fn, c: FitConfig, log) -> TrainState:
+    """`eval_fn` on the model after `epoch`, logged and printed, and kept in `state.last_eval`."""
+    result = eval_fn(state.model)
+    log.write(
+        {"step": state.step, "epoch": epoch, **{f"{c.eval_name}_{k}": v for k, v in result.items()}}
+    )
+    if c.progress:
+        text = ", ".join(f"{c.eval_name} {k} {v:.4f}" for k, v in result.items())
+        print(f"epoch {epoch + 1}: {text}", flush=True)
+    return dataclasses.replace(state, last_eval=result)

@@ -10,6 +10,8 @@ import contextlib
 import json
 import pathlib
 
+import jax
+
 from frost import atomic
 from frost.config import UsageError
 
@@ -41,24 +43,35 @@ def rewind(path, step: int) -> None:
         atomic.write(path, "".join(json.dumps(r) + "\n" for r in kept))
 
 
+def logged(path, step: int, prefix: str) -> bool:
+    """Whether `path` holds a record of `step` with a `{prefix}_...` number (an evaluation)."""
+    records = read(path) if pathlib.Path(path).exists() else []
+    return any(r["step"] == step and any(k.startswith(prefix + "_") for k in r) for r in records)
+
+
 class Log(contextlib.ExitStack):
     """Appends records to `run_dir/metrics.jsonl`, rewound to `step` first; with `tensorboard`,
     writes each record's numbers as TensorBoard scalars at its step too (tensorboardX). As a
-    context manager (an ExitStack), it closes both files on exit."""
+    context manager (an ExitStack), it closes both files on exit. Of many processes, only process
+    0 writes (their records are the same global numbers)."""
 
     def __init__(self, run_dir, step: int, tensorboard: bool = False):
         super().__init__()
+        self.file = self.board = None
+        if jax.process_index() != 0:
+            return
         run_dir = pathlib.Path(run_dir)
         rewind(run_dir / "metrics.jsonl", step)
         # closed by this ExitStack
         self.file = self.enter_context(open(run_dir / "metrics.jsonl", "a"))  # noqa: SIM115
-        self.board = None
         if tensorboard:
             from tensorboardX import SummaryWriter
 
             self.board = self.enter_context(SummaryWriter(str(run_dir / "tensorboard")))
 
     def write(self, record: dict) -> None:
+        if self.file is None:
+            return
         print(json.dumps(record), file=self.file, flush=True)
         for name, value in record.items() if self.board else ():
             if name not in ("step", "epoch") and isinstance(value, (int, float)):
