@@ -247,22 +247,8 @@ def _forward_kernel(
     _store(o_ref, jnp.where(empty[:, None], 0.0, o / total[:, None]), head_dim)
 
 
-def _dkdv_kernel(
-    q_ref,
-    k_ref,
-    v_ref,
-    keep_ref,
-    do_ref,
-    lse_ref,
-    delta_ref,
-    dk_ref,
-    dv_ref,
-    *,
-    block_q,
-    head_dim,
-    causal,
-    **opts,
-):
+def _dkdv_kernel(*refs, block_q, head_dim, causal, **opts):
+    q_ref, k_ref, v_ref, keep_ref, do_ref, lse_ref, delta_ref, dk_ref, dv_ref = refs  # in, out
     block_k, load = k_ref.shape[0], _loader(k_ref, head_dim)
     j = pl.program_id(0)
     k, v = load(k_ref), load(v_ref)  # (block_k, D_pad) each
@@ -290,21 +276,8 @@ def _dkdv_kernel(
     _store(dv_ref, dv, head_dim)
 
 
-def _dq_kernel(
-    q_ref,
-    k_ref,
-    v_ref,
-    keep_ref,
-    do_ref,
-    lse_ref,
-    delta_ref,
-    dq_ref,
-    *,
-    block_k,
-    head_dim,
-    causal,
-    **opts,
-):
+def _dq_kernel(*refs, block_k, head_dim, causal, **opts):
+    q_ref, k_ref, v_ref, keep_ref, do_ref, lse_ref, delta_ref, dq_ref = refs  # in, out
     block_q, load = q_ref.shape[0], _loader(q_ref, head_dim)
     i = pl.program_id(0)
     q, do = load(q_ref), load(do_ref)  # (block_q, D_pad) each
