@@ -16,6 +16,8 @@ Every model is fully convolutional up to a global average pool, so any input siz
 (`zero_init_residual`, Goyal et al. 2017) only when asked.
 """
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
@@ -141,40 +143,25 @@ def zero_init_residual(model: ResNet) -> ResNet:
     return model.replace(blocks=tuple(zero(b) for b in model.blocks))
 
 
-def resnet20(num_classes=10, in_channels=3, *, key) -> ResNet:
+# name: (block, blocks per stage, stage widths, ImageNet stem, shortcut option, default classes);
+# He et al. 2016: CIFAR ResNet-20/56 (option A, 3 stages) and ImageNet ResNet-18/34/50 (option B)
+LAYOUTS = {
+    "resnet20": (BasicBlock, (3, 3, 3), (16, 32, 64), False, "A", 10),
+    "resnet56": (BasicBlock, (9, 9, 9), (16, 32, 64), False, "A", 10),
+    "cifar_resnet18": (BasicBlock, (2, 2, 2, 2), (64, 128, 256, 512), False, "B", 10),
+    "resnet18": (BasicBlock, (2, 2, 2, 2), (64, 128, 256, 512), True, "B", 1000),
+    "resnet34": (BasicBlock, (3, 4, 6, 3), (64, 128, 256, 512), True, "B", 1000),
+    "resnet50": (Bottleneck, (3, 4, 6, 3), (64, 128, 256, 512), True, "B", 1000),
+}
+
+
+def make(name: str, num_classes: int | None = None, in_channels: int = 3, *, key) -> ResNet:
+    """The ResNet `name` (a key of LAYOUTS), e.g. make("resnet20", 10, 1, key=key)."""
+    block, stages, widths, imagenet_stem, shortcut, classes = LAYOUTS[name]
     return ResNet(
-        BasicBlock, (3, 3, 3), (16, 32, 64), num_classes, in_channels, False, "A", key=key
+        block, stages, widths, num_classes or classes, in_channels, imagenet_stem, shortcut, key=key
     )
 
 
-def resnet56(num_classes=10, in_channels=3, *, key) -> ResNet:
-    return ResNet(
-        BasicBlock, (9, 9, 9), (16, 32, 64), num_classes, in_channels, False, "A", key=key
-    )
-
-
-def cifar_resnet18(num_classes=10, in_channels=3, *, key) -> ResNet:
-    return ResNet(
-        BasicBlock, (2, 2, 2, 2), (64, 128, 256, 512), num_classes, in_channels, False, "B", key=key
-    )
-
-
-def resnet18(num_classes=1000, in_channels=3, *, key) -> ResNet:
-    return ResNet(
-        BasicBlock, (2, 2, 2, 2), (64, 128, 256, 512), num_classes, in_channels, True, "B", key=key
-    )
-
-
-def resnet34(num_classes=1000, in_channels=3, *, key) -> ResNet:
-    return ResNet(
-        BasicBlock, (3, 4, 6, 3), (64, 128, 256, 512), num_classes, in_channels, True, "B", key=key
-    )
-
-
-def resnet50(num_classes=1000, in_channels=3, *, key) -> ResNet:
-    return ResNet(
-        Bottleneck, (3, 4, 6, 3), (64, 128, 256, 512), num_classes, in_channels, True, "B", key=key
-    )
-
-
-MODELS = {f.__name__: f for f in (resnet20, resnet56, cifar_resnet18, resnet18, resnet34, resnet50)}
+MODELS = {name: functools.partial(make, name) for name in LAYOUTS}  # resnet20(10, 1, key=key)
+resnet20, resnet56, cifar_resnet18, resnet18, resnet34, resnet50 = MODELS.values()
