@@ -315,8 +315,9 @@ def _specs(q_len, k_len, d_pad, keep, *, over_q: bool):
 
 
 def _call(
-    kernel, name, grid_len, blocks: BlockSizes, d, interpret, in_specs, out_specs, out_shape, *args
+    kernel, name, grid_len, blocks: BlockSizes, d, interpret, in_specs, out_specs, out_shape, args
 ):
+    """`kernel` over `grid_len` programs on the arrays `args`."""
     num_warps = blocks.num_warps or (4 if d <= 64 else 8)
     return pl.pallas_call(
         kernel,
@@ -352,10 +353,7 @@ def _flash_fwd(q, k, v, keep, causal, scale, kv_len, blocks: BlockSizes, interpr
         [qs, kvs, kvs, keeps],
         [qs, rows],
         [jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct((b, h, t), jnp.float32)],
-        q,
-        k,
-        v,
-        keep,
+        (q, k, v, keep),
     )
     return o, (q, k, v, keep, o, lse)
 
@@ -381,13 +379,7 @@ def _flash_bwd(causal, scale, kv_len, blocks: BlockSizes, interpret, residuals, 
         [qs, kvs, kvs, keeps, qs, rows, rows],
         [kvs, kvs],
         [jax.ShapeDtypeStruct(k.shape, k.dtype)] * 2,
-        q,
-        k,
-        v,
-        keep,
-        do,
-        lse,
-        delta,
+        (q, k, v, keep, do, lse, delta),
     )
 
     bq = blocks.block_q_dq  # dq: one program per query block, all keys in its loop
@@ -402,13 +394,7 @@ def _flash_bwd(causal, scale, kv_len, blocks: BlockSizes, interpret, residuals, 
         [qs, kvs, kvs, keeps, qs, rows, rows],
         qs,
         jax.ShapeDtypeStruct(q.shape, q.dtype),
-        q,
-        k,
-        v,
-        keep,
-        do,
-        lse,
-        delta,
+        (q, k, v, keep, do, lse, delta),
     )
     return dq, dk, dv, None
 
