@@ -117,7 +117,7 @@ def _train(out, *extra):
 
 
 def _records(run_dir) -> dict:
-    """{step: loss or validation loss} from a run's metrics.jsonl."""
+    """{(step, is a training record): its loss or validation loss} from a run's metrics.jsonl."""
     lines = (json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines())
     return {(r["step"], "loss" in r): r.get("loss", r.get("validation_loss")) for r in lines}
 
@@ -127,15 +127,17 @@ def test_a_killed_process_stops_the_other_and_both_resume(tmp_path):
     --resume on both ends at the losses of an uninterrupted single-process run."""
     ref = subprocess.run(_train(tmp_path / "one"), env=env(1), capture_output=True, timeout=TIMEOUT)
     assert ref.returncode == 0, ref.stderr[-2000:]
-    out, port = tmp_path / "two", free_port()
+    out = tmp_path / "two"
 
-    def start(i, *extra):
+    def start(i, port, *extra):
+        """Process i of two; its stderr goes to a file (a pipe nobody reads could fill up)."""
         argv = _train(out, "--coordinator", f"127.0.0.1:{port}", "--num-processes", "2", *extra)
-        argv += ["--process-id", str(i)]
-        log = open(tmp_path / f"stderr {i}{extra}", "w+")  # noqa: SIM115 (a file, not a pipe
-        return subprocess.Popen(argv, env=env(1), stderr=log, text=True), log  # to fill up)
+        stderr = tmp_path / f"stderr {i}{extra}"
+        with open(stderr, "w") as f:  # the child holds its own copy of the descriptor
+            return subprocess.Popen([*argv, "--process-id", str(i)], env=env(1), stderr=f), stderr
 
-    (first, log), (second, _) = start(0), start(1)
+    port = free_port()
+    (first, stderr), (second, _) = start(0, port), start(1, port)
     try:
         while not (out / "checkpoints" / "step_00000052").exists():  # two epochs saved
             assert first.poll() is None and second.poll() is None, "a process ended early"
@@ -148,16 +150,15 @@ def test_a_killed_process_stops_the_other_and_both_resume(tmp_path):
         for p in (first, second):
             p.kill()
             p.wait(10)
-    err = log.seek(0) or log.read()
+    err = stderr.read_text()
     lines = [line for line in err.replace("\r", "\n").splitlines() if "it/s" not in line]
     assert first.returncode == 1 and waited < 30, (first.returncode, waited, err[-2000:])
     assert lines[-1].startswith("frost: error: process 0 of 2: ") and "Traceback" not in err
     assert "Check failure" not in err and sum("frost: error" in line for line in lines) == 1
 
     port = free_port()
-    resumed = [start(i, "--resume") for i in range(2)]
-    for p, log in resumed:
-        assert p.wait(TIMEOUT) == 0, log.seek(0) or log.read()[-2000:]
+    for p, stderr in [start(i, port, "--resume") for i in range(2)]:
+        assert p.wait(TIMEOUT) == 0, stderr.read_text()[-2000:]
     got, want = _records(out), _records(tmp_path / "one")
     assert got.keys() == want.keys()
     np.testing.assert_allclose([got[k] for k in want], list(want.values()), rtol=1e-4)

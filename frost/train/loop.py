@@ -314,7 +314,7 @@ def fit(
         )
     run_dir = pathlib.Path(c.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    with metrics_log.Log(run_dir, state.step, c.tensorboard) as log:
+    with metrics_log.Log(run_dir, state.step, c.tensorboard, jax.process_index() == 0) as log:
         if eval_fn is not None and state.step and loader.batch == 0:  # resumed at an epoch's end
             path = run_dir / "metrics.jsonl"  # killed after its checkpoint, before its evaluation?
             if not parallel.on_first(lambda: metrics_log.logged(path, state.step, c.eval_name)):

@@ -10,8 +10,6 @@ import contextlib
 import json
 import pathlib
 
-import jax
-
 from frost import atomic
 from frost.config import UsageError
 
@@ -52,13 +50,14 @@ def logged(path, step: int, prefix: str) -> bool:
 class Log(contextlib.ExitStack):
     """Appends records to `run_dir/metrics.jsonl`, rewound to `step` first; with `tensorboard`,
     writes each record's numbers as TensorBoard scalars at its step too (tensorboardX). As a
-    context manager (an ExitStack), it closes both files on exit. Of many processes, only process
-    0 writes (their records are the same global numbers)."""
+    context manager (an ExitStack), it closes both files on exit. With `primary=False` (every
+    process but the first of a multi-process run, whose records are the same global numbers) it
+    writes nothing."""
 
-    def __init__(self, run_dir, step: int, tensorboard: bool = False):
+    def __init__(self, run_dir, step: int, tensorboard: bool = False, primary: bool = True):
         super().__init__()
         self.file = self.board = None
-        if jax.process_index() != 0:
+        if not primary:
             return
         run_dir = pathlib.Path(run_dir)
         rewind(run_dir / "metrics.jsonl", step)
