@@ -155,9 +155,8 @@ def parallel_map(
         yield from map(local or fn, chain(head, items))
         return
     with ProcessPoolExecutor(workers, _mp_context(), initializer=init, initargs=initargs) as ex:
-        pending = [
-            ex.submit(fn, x) for x in head
-        ]  # with fork, the first submit starts every worker
+        # with fork, the first submit starts every worker
+        pending = [ex.submit(fn, x) for x in head]
         started()
         for x in items:
             if len(pending) >= 2 * workers:
@@ -177,9 +176,8 @@ def _mp_context():
 
 
 def _count_batch(pattern: str, texts: list[str]) -> tuple[Counter, int]:
-    return Counter(chain.from_iterable(split_chunks(pattern, text) for text in texts)), sum(
-        map(len, texts)
-    )
+    chunks = chain.from_iterable(split_chunks(pattern, text) for text in texts)
+    return Counter(chunks), sum(map(len, texts))
 
 
 def count_chunks(
@@ -215,10 +213,9 @@ def train(
     non-space character, which changes nothing for the GPT-4 and GPT-2 patterns; a custom pattern
     whose matches span such a point would see the cut. numba loads (or, on a first run, compiles)
     the merge loop in a thread while the worker processes count."""
-    (
-        _compile(pattern),
-        _n_tokens(vocab_size, special_tokens),
-    )  # refuse mistakes before reading anything
+    # refuse mistakes before reading anything
+    _compile(pattern)
+    _n_tokens(vocab_size, special_tokens)
     loading = threading.Thread(target=_load_merge_loop, daemon=True)
     with _bar(progress, "counting", "char") as bar:
         counts = count_chunks(texts, pattern, workers, bar, started=loading.start)
@@ -299,9 +296,8 @@ def _bar(on: bool, desc: str, unit: str, total=None):
     from tqdm import tqdm
 
     class Bar(tqdm):
-        monitor_interval = (
-            0  # no monitor thread: a thread makes forking the workers unsafe (so slow)
-        )
+        # no monitor thread: a thread makes forking the workers unsafe (so slow)
+        monitor_interval = 0
 
     # the last line: the result, or the error
     return Bar(total=total, desc=desc, unit=unit, unit_scale=True, leave=False)
@@ -337,11 +333,9 @@ class Tokenizer:
         pattern: str = GPT4_PATTERN,
         cache_size: int = 1 << 18,
     ):
-        self.merges, self.special, self.pattern = (
-            [tuple(m) for m in merges],
-            dict(special or {}),
-            pattern,
-        )
+        self.merges = [tuple(m) for m in merges]
+        self.special = dict(special or {})
+        self.pattern = pattern
         self.vocab = [bytes([i]) for i in range(256)]  # id -> bytes
         for a, b, c in self.merges:
             n = len(self.vocab)
@@ -363,13 +357,10 @@ class Tokenizer:
             )
         self._ranks = {(a, b): r for r, (a, b, _) in enumerate(self.merges)}
         self._pat = _compile(pattern)
-        self._special_re = (
-            regex.compile(
-                "(" + "|".join(map(regex.escape, sorted(self.special, key=len, reverse=True))) + ")"
-            )
-            if self.special
-            else None
-        )
+        self._special_re = None
+        if self.special:
+            longest_first = sorted(self.special, key=len, reverse=True)
+            self._special_re = regex.compile("(" + "|".join(map(regex.escape, longest_first)) + ")")
         self._cache = _Cache(self._bpe, cache_size)
         self._decode = self.vocab + [
             s.encode("utf-8") for s in sorted(self.special, key=self.special.get)
@@ -392,10 +383,9 @@ class Tokenizer:
         -> [258] ( ,the)"""
         ids = list(chunk.encode("utf-8"))  # ids[i] is None once merged into the token on its left
         n, get = len(ids), self._ranks.get
-        left, right = (
-            list(range(-1, n)),
-            list(range(1, n + 1)),
-        )  # neighbours still there (left[n]: unused)
+        # neighbours still there (left[n]: unused)
+        left = list(range(-1, n))
+        right = list(range(1, n + 1))
         heap = [(r, i) for i in range(n - 1) if (r := get((ids[i], ids[i + 1]))) is not None]
         heapq.heapify(heap)
         while heap:
@@ -412,9 +402,8 @@ class Tokenizer:
 
     def encode_ordinary(self, text: str) -> list[int]:
         """Encode text, treating special-token strings as plain text."""
-        return list(
-            chain.from_iterable(map(self._cache.__getitem__, split_chunks(self.pattern, text)))
-        )
+        chunks = split_chunks(self.pattern, text)
+        return list(chain.from_iterable(map(self._cache.__getitem__, chunks)))
 
     def encode(self, text: str, *, special: str = "refuse") -> list[int]:
         """Text -> ids. `special` says what a special-token string in the text means:
@@ -422,11 +411,9 @@ class Tokenizer:
         text."""
         if special not in ("refuse", "allow", "text"):
             raise UsageError(f"special must be 'refuse', 'allow' or 'text', not {special!r}")
-        parts = (
-            [text]
-            if self._special_re is None or special == "text"
-            else self._special_re.split(text)
-        )
+        parts = [text]
+        if self._special_re is not None and special != "text":
+            parts = self._special_re.split(text)
         # parts: [text, special, text, special, ..., text]
         if special == "refuse" and len(parts) > 1:
             raise UsageError(

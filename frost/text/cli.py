@@ -113,10 +113,8 @@ def _encode(args) -> int:
             f"--eot {cfg.eot!r} is not a special token of {cfg.tokenizer} (it has "
             f"{list(tok.special)})"
         )
-    dtype, bar = (
-        np.dtype(token_dtype(tok.vocab_size)),
-        _bar(True, "encoding", "B", total=_checked(cfg, corpus)),
-    )
+    dtype = np.dtype(token_dtype(tok.vocab_size))
+    bar = _bar(True, "encoding", "B", total=_checked(cfg, corpus))
 
     def blocks():  # the token file, streamed in blocks to frost's atomic writer
         for path in corpus:

@@ -71,13 +71,10 @@ def load(path) -> Tokenizer:
         )
     try:
         merges, special, pattern = data["merges"], data["special_tokens"], data["pattern"]
-        if not (
-            isinstance(merges, list)
-            and all(
-                isinstance(m, list) and len(m) == 3 and all(type(x) is int for x in m)
-                for m in merges
-            )
-        ):
+        triples = isinstance(merges, list) and all(
+            isinstance(m, list) and len(m) == 3 and all(type(x) is int for x in m) for m in merges
+        )
+        if not triples:
             raise ValueError('"merges" must be a list of [left, right, new id] integer triples')
         if not (isinstance(special, dict) and all(type(v) is int for v in special.values())):
             raise ValueError('"special_tokens" must map strings to integer ids')

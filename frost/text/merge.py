@@ -113,13 +113,11 @@ def _loop(
     sym, pos, orig, starts, wlen, wcount, P, E, H, T, table, byhash, size, touched, out, progress
 ):
     for t in range(256):  # the byte tokens; orig[S + t] is byte t
-        T[t, HASH], T[t, SAME], T[t, POS], T[t, LEN], T[t, POW] = (
-            t + 1,
-            -1,
-            sym.shape[0] + t,
-            1,
-            257,
-        )
+        T[t, HASH] = t + 1
+        T[t, SAME] = -1
+        T[t, POS] = sym.shape[0] + t
+        T[t, LEN] = 1
+        T[t, POW] = 257
         byhash[_slot(byhash, T, t + 1)] = t
     for w in range(wcount.shape[0]):
         for i in range(starts[w], starts[w] + wlen[w] - 1):
@@ -154,13 +152,11 @@ def _loop(
             c = T[c, SAME]
         if c < 0:  # new bytes: a new token, whose position is set at its first occurrence
             c = n_made
-            T[c, HASH], T[c, SAME], T[c, POS], T[c, LEN], T[c, POW] = (
-                h,
-                byhash[s],
-                -1,
-                la + lb,
-                T[a, POW] * T[b, POW],
-            )
+            T[c, HASH] = h
+            T[c, SAME] = byhash[s]
+            T[c, POS] = -1
+            T[c, LEN] = la + lb
+            T[c, POW] = T[a, POW] * T[b, POW]
             byhash[s] = c
             n_made += 1
         out[m, 0], out[m, 1], out[m, 2] = a, b, c
@@ -177,10 +173,8 @@ def _loop(
                         T[c, POS] = pos[i]
                     for side in range(2):
                         if side == 0 and j > s:  # (x, a) -> (x, c)
-                            old, new = (
-                                (np.int64(sym[j - 1]) << 32) | a,
-                                (np.int64(sym[j - 1]) << 32) | c,
-                            )
+                            old = (np.int64(sym[j - 1]) << 32) | a
+                            new = (np.int64(sym[j - 1]) << 32) | c
                         elif side == 1 and i + 2 < end:  # (b, y) -> (c, y)
                             old, new = (b << 32) | sym[i + 2], (c << 32) | sym[i + 2]
                         else:
@@ -219,11 +213,9 @@ def merge_loop(sym, starts, wcount, n_tokens, progress) -> np.ndarray:
     # pairs, list entries, heap entries: at most S initial ones + 2 per merged occurrence
     rows = 3 * S + 16
     # hash tables larger than what they can hold (so never full): pairs at most `rows`
-    P, E, H = (
-        np.empty((rows, 4), np.int64),
-        np.empty((rows, 2), np.int64),
-        np.empty((rows, 2), np.int64),
-    )
+    P = np.empty((rows, 4), np.int64)
+    E = np.empty((rows, 2), np.int64)
+    H = np.empty((rows, 2), np.int64)
     # each token's bytes are somewhere here
     orig = np.concatenate([sym, np.arange(256, dtype=sym.dtype)])
     out = np.empty((S + 16, 3), np.int64)
