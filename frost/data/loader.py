@@ -143,11 +143,9 @@ class Loader(contextlib.AbstractContextManager):
             process_index=process_index,
             process_count=process_count,
         )
-        self.workers, self.backend, self.prefetch = (
-            workers,
-            backend,
-            prefetch or 2 * max(workers, 1),
-        )
+        self.workers = workers
+        self.backend = backend
+        self.prefetch = prefetch or 2 * max(workers, 1)
         self.timeout = timeout
         self.epoch, self.batch = 0, 0  # the position of the next batch in the global stream
         self._pool = self._layout = None
@@ -258,10 +256,8 @@ class Loader(contextlib.AbstractContextManager):
         )
         self._finalize = weakref.finalize(self, self._pool.close)
         self._next = (self.epoch, self.batch)  # the next position to hand to a worker
-        self._busy, self._ready = (
-            {},
-            {},
-        )  # slot -> (position, worker) in flight; position -> slot (or its error)
+        self._busy = {}  # slot -> (position, worker) in flight
+        self._ready = {}  # position -> slot (or its error)
         for slot in range(self.prefetch):
             self._submit(slot)
 

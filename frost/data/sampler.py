@@ -42,17 +42,13 @@ class Sampler:
                 f"process_count {process_count}: each process loads batch_size // process_count "
                 "rows"
             )
-        self.size, self.batch_size, self.shuffle, self.seed = (
-            int(size),
-            int(batch_size),
-            bool(shuffle),
-            int(seed),
-        )
-        self.drop_last, self.process_index, self.process_count = (
-            bool(drop_last),
-            process_index,
-            process_count,
-        )
+        self.size = int(size)
+        self.batch_size = int(batch_size)
+        self.shuffle = bool(shuffle)
+        self.seed = int(seed)
+        self.drop_last = bool(drop_last)
+        self.process_index = process_index
+        self.process_count = process_count
         self._cached = (None, None)
 
     def __len__(self):
@@ -74,8 +70,7 @@ class Sampler:
         """This process's share of global batch k of `epoch`."""
         if not 0 <= k < len(self):
             raise IndexError(f"batch {k} out of range: an epoch has {len(self)} batches")
-        rows = self.order(epoch)[
-            k * self.batch_size : (k + 1) * self.batch_size
-        ]  # the global batch
+        # the global batch
+        rows = self.order(epoch)[k * self.batch_size : (k + 1) * self.batch_size]
         p, n = self.process_index, self.process_count
         return rows[p * len(rows) // n : (p + 1) * len(rows) // n]

@@ -68,14 +68,9 @@ class Normalize:
         scale = 1 / 255 if np.issubdtype(image.dtype, np.integer) else 1.0
         key = (scale, w, c)
         if key not in self._rows:  # numpy is much faster on one long row than on (..., 3) pixels
-            mul, sub = (
-                np.broadcast_to(scale / self.std, (c,)),
-                np.broadcast_to(self.mean / self.std, (c,)),
-            )
-            self._rows[key] = (
-                np.tile(mul, w).astype(np.float32),
-                np.tile(sub, w).astype(np.float32),
-            )
+            mul = np.tile(np.broadcast_to(scale / self.std, (c,)), w).astype(np.float32)
+            sub = np.tile(np.broadcast_to(self.mean / self.std, (c,)), w).astype(np.float32)
+            self._rows[key] = (mul, sub)
         mul, sub = self._rows[key]
         rows = image.astype(np.float32).reshape(h, w * c)
         rows *= mul

@@ -87,11 +87,8 @@ def _worker_main(conn, first: bool):
     try:
         serve, args, layout, names = pickle.loads(conn.recv_bytes())
         segments = [shared_memory.SharedMemory(name) for name in names]
-    except (
-        EOFError,
-        OSError,
-    ):  # the main process died, and its memory went, before this worker started
-        return
+    except (EOFError, OSError):
+        return  # the main process died, and its memory went, before this worker started
     try:
         serve(conn.recv, conn.send, [layout.views(s.buf) for s in segments], *args)
     except (EOFError, OSError):  # a closed, broken or reset pipe: the main process is gone
