@@ -130,9 +130,8 @@ def masked(inner, mask) -> GradientTransformation:
         m = _resolve(mask, updates)
         chosen = None if params is None else select(params, m)
         new, inner_state = call_update(inner, select(updates, m), state.inner, chosen, **extra_args)
-        return jax.tree.map(lambda keep, n, u: n if keep else u, m, new, updates), MaskedState(
-            inner_state
-        )
+        out = jax.tree.map(lambda keep, n, u: n if keep else u, m, new, updates)
+        return out, MaskedState(inner_state)
 
     return GradientTransformation(init, update)
 

@@ -87,9 +87,8 @@ def dynamic_scaling(inner, initial: float = 2.0**15, period: int = 2000) -> Grad
         ok = all_finite(grads)
         out, inner_state = call_update(inner, grads, state.inner, params, **extra_args)
         out = where(ok, out, jax.tree.map(jnp.zeros_like, out))
-        return out, ScaledState(
-            where(ok, inner_state, state.inner), adjust(state.scale, ok, period)
-        )
+        scale = adjust(state.scale, ok, period)
+        return out, ScaledState(where(ok, inner_state, state.inner), scale)
 
     return GradientTransformation(
         lambda params: ScaledState(inner.init(params), loss_scale(initial)), update

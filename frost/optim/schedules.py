@@ -80,11 +80,9 @@ def one_cycle(
     """Smith & Topin 2017: cosine up from peak/div_factor to peak over pct_start of the run, then
     cosine down to peak/(div_factor·final_div_factor) (optax.cosine_onecycle_schedule, torch
     OneCycleLR)."""
-    init, end, up = (
-        peak_value / div_factor,
-        peak_value / (div_factor * final_div_factor),
-        int(pct_start * total_steps),
-    )
+    init = peak_value / div_factor
+    end = peak_value / (div_factor * final_div_factor)
+    up = int(pct_start * total_steps)
     return _switch(
         up, _cosine(init, peak_value, up), _cosine(peak_value, end, total_steps - up, up)
     )

@@ -238,10 +238,9 @@ def scale_by_adam(
 
     def update(u, state, params=None):
         t = state.count + 1
-        c1, c2 = (
-            1 - jax.lax.pow(state.b1, t),
-            1 - jax.lax.pow(state.b2, t),
-        )  # bias corrections, in float32
+        # bias corrections, in float32
+        c1 = 1 - jax.lax.pow(state.b1, t)
+        c2 = 1 - jax.lax.pow(state.b2, t)
 
         def rule(g, m, v):  # g in m's dtype; v's may differ (mu_dtype)
             beta1, beta2 = _cast(state.b1, m), _cast(state.b2, v)
@@ -325,11 +324,8 @@ def scale_by_sophia(
         def rule(g, m, h):
             beta1 = _cast(state.b1, g)
             m = (1 - beta1) * g + beta1 * m
-            return (
-                jnp.clip(m / jnp.maximum(gamma * h, eps), -1, 1),
-                m,
-                h,
-            )  # h as it was: update_hessian refreshes it
+            # h as it was: update_hessian refreshes it
+            return jnp.clip(m / jnp.maximum(gamma * h, eps), -1, 1), m, h
 
         return _lift(rule, u, state, "mu", "h", count=state.count + 1)
 
@@ -359,11 +355,9 @@ def update_hessian(state, estimate: Callable[[], Any]) -> Any:
             ok, b2 = all_finite(est), s.b2
 
             def new(h, e):
-                return (
-                    h
-                    if isinstance(h, MaskedNode)
-                    else jnp.where(ok, (1 - _cast(b2, h)) * e.astype(h.dtype) + _cast(b2, h) * h, h)
-                )
+                if isinstance(h, MaskedNode):
+                    return h
+                return jnp.where(ok, (1 - _cast(b2, h)) * e.astype(h.dtype) + _cast(b2, h) * h, h)
 
             return jax.tree.map(new, s.h, est, is_leaf=lambda x: isinstance(x, MaskedNode))
 
@@ -444,10 +438,8 @@ def scale_by_muon(
         t = state.count + 1
         c_now = c_next = jnp.ones([], jnp.float32)
         if bias_correction:
-            c_now, c_next = (
-                1 - jax.lax.pow(state.momentum, t),
-                1 - jax.lax.pow(state.momentum, t + 1),
-            )
+            c_now = 1 - jax.lax.pow(state.momentum, t)
+            c_next = 1 - jax.lax.pow(state.momentum, t + 1)
 
         def rule(g, m):
             if g.ndim != 2:
