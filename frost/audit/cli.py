@@ -108,11 +108,8 @@ class AuditConfig(Checked):
     @property
     def names(self) -> list[str]:
         listed = self.optimizers.split(",")
-        return (
-            (["adamw"] if "adamw" not in listed else [])
-            + listed
-            + list(dict.fromkeys(self.optimizer))
-        )
+        adamw = [] if "adamw" in listed else ["adamw"]
+        return adamw + listed + list(dict.fromkeys(self.optimizer))
 
 
 def add_commands(sub) -> None:

@@ -86,9 +86,8 @@ def _held(workload, data, name, axes) -> dict:
     tag = (workload.name, data.classes, name, axes)
     if tag not in _keys:
         model = jax.eval_shape(lambda k: workload.model(data, k), jax.random.key(0))
-        keys = optim.get_hyperparams(
-            jax.eval_shape(_make(workload, data, name, {}, axes).init, model)
-        )
+        state = jax.eval_shape(_make(workload, data, name, {}, axes).init, model)
+        keys = optim.get_hyperparams(state)
         held = {}
         for a in axes:
             found = [k for k in keys if k == a or k.endswith("/" + a)]  # "muon/momentum"
@@ -157,13 +156,8 @@ def _init(workload, data, opt, seeds, values, peaks):
     states = jax.tree.map(
         lambda x: x[0] if jnp.issubdtype(x.dtype, jnp.integer) else jnp.copy(x), states
     )
-    return (
-        models,
-        states,
-        jnp.asarray(peaks),
-        jax.vmap(lambda k: jax.random.fold_in(k, 1))(keys),
-        jnp.full(len(seeds), -1),
-    )
+    step_keys = jax.vmap(lambda k: jax.random.fold_in(k, 1))(keys)
+    return models, states, jnp.asarray(peaks), step_keys, jnp.full(len(seeds), -1)
 
 
 def _program(workload, data, name, built, axes, threshold):
@@ -175,9 +169,8 @@ def _program(workload, data, name, built, axes, threshold):
         axes_in = _axes(states)
 
         def one(model, state, peak, key):  # train_step's default loss: softmax cross-entropy
-            step = train_step(
-                _make(workload, data, name, built, axes, peak, total), hessian=hessian
-            )
+            opt = _make(workload, data, name, built, axes, peak, total)
+            step = train_step(opt, hessian=hessian)
             batch_key, step_key = jax.random.split(jax.random.fold_in(key, t))
             model, state, metrics = step(model, state, workload.draw(arrays, batch_key), step_key)
             return model, state, metrics["loss"], metrics["finite"]
@@ -215,21 +208,11 @@ def run_group(workload, data, name, group: Group, max_runs: int | None = None) -
         for k in keys
     }
     opt = _make(workload, data, name, built, axes)
-    carry = _init(
-        workload,
-        data,
-        opt,
-        np.asarray([r.seed for r in runs], np.int32),
-        values,
-        np.asarray([r.hyperparams["learning_rate"] for r in runs], np.float32),
-    )
-    tag = (
-        workload.name,
-        tuple(v.shape for v in data.arrays.values()),
-        name,
-        tuple(sorted(built.items())),
-        len(runs),
-    )
+    seeds = np.asarray([r.seed for r in runs], np.int32)
+    peaks = np.asarray([r.hyperparams["learning_rate"] for r in runs], np.float32)
+    carry = _init(workload, data, opt, seeds, values, peaks)
+    shapes = tuple(v.shape for v in data.arrays.values())
+    tag = (workload.name, shapes, name, tuple(sorted(built.items())), len(runs))
     if tag not in _programs:
         _programs[tag] = (
             _program(workload, data, name, built, axes, workload.threshold(data))
@@ -251,9 +234,8 @@ def run_group(workload, data, name, group: Group, max_runs: int | None = None) -
     models = jax.vmap(evaluated(opt), in_axes=(0, _axes(carry[1])))(carry[0], carry[1])
     final = np.asarray(_evals[workload.name](models, data.arrays))
     seconds = (time.perf_counter() - start) / len(runs)
-    bad = np.where(
-        (np.asarray(carry[-1]) < 0) & ~np.isfinite(final), steps - 1, np.asarray(carry[-1])
-    )
+    bad = np.asarray(carry[-1])
+    bad = np.where((bad < 0) & ~np.isfinite(final), steps - 1, bad)
     return [
         {
             "final_loss": float(final[i]) if bad[i] < 0 else None,

@@ -71,10 +71,8 @@ GRIDS = {
     "muon": Grid(8.0, (0.1, 0.0), "momentum", (0.95, 0.9)),
 }
 MUON_ADAM_LR = 0.1  # Muon's AdamW part (embeddings, head, biases) runs at this times Muon's rate
-LR_POINTS, TOLERANCE = (
-    6,
-    0.02,
-)  # learning rates per grid; the LR range counts losses within this of the best
+LR_POINTS = 6  # learning rates per grid
+TOLERANCE = 0.02  # the LR range counts losses within this of the best
 
 # The "paper baseline": AdamW as a paper would run it, untuned (nanoGPT's GPT-2 settings; PyTorch's
 # defaults).
@@ -127,10 +125,8 @@ def steps_to_reach(steps, losses, target: float) -> tuple[float, str]:
         400)
     """
     order = np.argsort(steps)
-    s, loss = (
-        np.asarray(steps, float)[order],
-        np.minimum.accumulate(np.asarray(losses, float)[order]),
-    )
+    s = np.asarray(steps, float)[order]
+    loss = np.minimum.accumulate(np.asarray(losses, float)[order])
     if target >= loss[0]:
         return float(s[0]), "<" if target > loss[0] else "="
     if target < loss[-1]:

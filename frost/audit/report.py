@@ -37,11 +37,9 @@ BASE = "paper baseline"
 
 def _speed(x) -> str:
     value, bound = x
-    return (
-        "n/a"
-        if bound == "?" or not math.isfinite(value)
-        else f"{'' if bound == '=' else bound}{value:.2f}x"
-    )
+    if bound == "?" or not math.isfinite(value):
+        return "n/a"
+    return f"{'' if bound == '=' else bound}{value:.2f}x"
 
 
 def _ratio(a, b):
@@ -364,10 +362,8 @@ def write(out, results, cfg, command, data: str = ""):
     made = provenance(data)
     saved = {"runs": list(runs.values()), "claims": claims, "summary": summary, "provenance": made}
     atomic.write(out / "results.json", json.dumps(saved, indent=1))
-    (first_wl, first), seconds = (
-        next(iter(results.values())),
-        sum(r["seconds"] for r in runs.values()),
-    )
+    first_wl, first = next(iter(results.values()))
+    seconds = sum(r["seconds"] for r in runs.values())
     budgets = ", ".join(f"{b / first['steps']:.3g}" for b in sorted(first["curve"]))
     rules = protocol.__doc__.split("\n\n", 2)[2].format(
         trials=len(first["trials"]["adamw"]),

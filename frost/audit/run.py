@@ -53,11 +53,10 @@ def command(cfg) -> str:
     for f in dataclasses.fields(cfg):
         value, option = getattr(cfg, f.name), flag(f.name)
         if value != f.default:
-            parts += (
-                [f"--optimizer {v}" for v in value]
-                if f.name == "optimizer"
-                else [option if value is True else f"{option} {value}"]
-            )
+            if f.name == "optimizer":
+                parts += [f"--optimizer {v}" for v in value]
+            else:
+                parts.append(option if value is True else f"{option} {value}")
     return " ".join(parts)
 
 
@@ -98,18 +97,14 @@ class Audit:
                     for r, result in zip(batch, results):  # a run already on disk keeps its record
                         path = self.path(wl, data, name, r)
                         if not path.exists():
-                            atomic.write(
-                                path,
-                                json.dumps(
-                                    {
-                                        "workload": wl.name,
-                                        "optimizer": name,
-                                        "hyperparams": r.hyperparams,
-                                        "seed": r.seed,
-                                        **result,
-                                    }
-                                ),
-                            )
+                            record = {
+                                "workload": wl.name,
+                                "optimizer": name,
+                                "hyperparams": r.hyperparams,
+                                "seed": r.seed,
+                                **result,
+                            }
+                            atomic.write(path, json.dumps(record))
                     self.trained += work
                 self.tick(len(batch), work)
         return [json.loads(self.path(wl, data, name, r).read_text()) for r in runs]
@@ -139,17 +134,16 @@ class Audit:
         tuning = {n: train(n, trials[n], [0]) for n in names}
         best = {n: protocol.best_trial(runs) for n, runs in tuning.items()}
         finals = {n: train(n, [b["hyperparams"]], seeds) for n, b in best.items() if b is not None}
-        budgets = (
-            [round(f * steps / engine.CHUNK) * engine.CHUNK for f in self.budgets]
-            if best["adamw"]
-            else []
-        )
+        budgets = []
+        if best["adamw"]:
+            budgets = [round(f * steps / engine.CHUNK) * engine.CHUNK for f in self.budgets]
+        # tuned AdamW at each budget
         curve = {
             b: finals["adamw"]
             if b == steps
             else train("adamw", [best["adamw"]["hyperparams"]], seeds, b)
             for b in budgets
-        }  # tuned AdamW at each budget
+        }
         baseline = train("adamw", [protocol.BASELINE[wl.kind]], seeds)
         return {
             "steps": steps,
@@ -165,28 +159,20 @@ class Audit:
         """(runs, work) the audit will take, for the progress bar and its estimate of the time
         left."""
         runs = work = 0
-        for (
-            wl,
-            data,
-        ) in variants:  # the grids, then reruns: finals, AdamW's other budgets, the baseline
+        # the grids, then reruns: finals, AdamW's other budgets, the baseline
+        for wl, data in variants:
             trials = sum(len(self.trials(wl, n)) for n in names)
             runs += trials + self.cfg.seeds * (len(names) + len(self.budgets))
-            work += (
-                _cost(wl, data)
-                * self.steps(wl)
-                * (trials + self.cfg.seeds * (len(names) + sum(self.budgets)))
-            )
+            budget_units = trials + self.cfg.seeds * (len(names) + sum(self.budgets))
+            work += _cost(wl, data) * self.steps(wl) * budget_units
         return runs, work
 
 
 def _cost(wl, data) -> int:
     """Work per training step, for the time estimate: examples (tokens) per batch x parameters."""
     model = jax.eval_shape(lambda k: wl.model(data, k), jax.random.key(0))
-    return (
-        wl.batch
-        * (workloads.SEQ_LEN if wl.kind == "gpt" else 1)
-        * sum(x.size for x in jax.tree.leaves(model))
-    )
+    examples = wl.batch * (workloads.SEQ_LEN if wl.kind == "gpt" else 1)
+    return examples * sum(x.size for x in jax.tree.leaves(model))
 
 
 def audit(cfg, progress: bool = True) -> pathlib.Path:

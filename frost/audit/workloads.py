@@ -70,20 +70,12 @@ class Workload:
 
     def model(self, data: Data, key):
         if self.kind == "gpt":
+            heads = max(self.width // 16, 1)
             return gpt.GPT(
-                data.classes,
-                self.width,
-                self.depth,
-                max(self.width // 16, 1),
-                SEQ_LEN,
-                rotary=True,
-                key=key,
+                data.classes, self.width, self.depth, heads, SEQ_LEN, rotary=True, key=key
             )
-        sizes = (
-            [math.prod(data.arrays["eval_x"].shape[1:])]
-            + [self.width] * self.depth
-            + [data.classes]
-        )
+        inputs = math.prod(data.arrays["eval_x"].shape[1:])
+        sizes = [inputs] + [self.width] * self.depth + [data.classes]
         layers = []
         for k, cin, cout in zip(jax.random.split(key, self.depth + 1), sizes, sizes[1:]):
             layers += [nn.Linear(cin, cout, key=k), nn.relu]
@@ -131,11 +123,9 @@ WORKLOADS = {
 def load(kind: str, source: str | None, cache: pathlib.Path, progress: bool = True) -> Data:
     """The data of a workload kind on the device; `source` is --data (default: kjv,
     fashion-mnist); a text's tokenizer and tokens are kept in `cache`."""
-    return (
-        _text(source or "kjv", cache / "gpt", progress)
-        if kind == "gpt"
-        else _images(source or "fashion-mnist")
-    )
+    if kind == "gpt":
+        return _text(source or "kjv", cache / "gpt", progress)
+    return _images(source or "fashion-mnist")
 
 
 def fingerprint(*parts) -> str:
