@@ -102,9 +102,8 @@ def read_weights(source) -> dict:
             raise UsageError(f"{path}: holds a {type(loaded).__name__}, not a state dict")
         return read_weights(loaded)
     try:
-        return {
-            k: np.asarray(v) for k, v in load_file(str(path)).items()
-        }  # the flax reader: bfloat16 too
+        # the flax reader: bfloat16 too
+        return {k: np.asarray(v) for k, v in load_file(str(path)).items()}
     except Exception as e:
         raise UsageError(f"{path}: not a readable safetensors file ({e})") from None
 

@@ -29,9 +29,8 @@ from frost.nn.attention import dot_product_attention
 from frost.nn.module import expand_to, shape_error, static
 
 
-def rotary_tables(
-    positions, head_dim
-) -> tuple[jax.Array, jax.Array]:  # (T,) -> cos, sin: (1, T, 1, D/2) each
+# (T,) -> cos, sin: (1, T, 1, D/2) each
+def rotary_tables(positions, head_dim) -> tuple[jax.Array, jax.Array]:
     """RoFormer's angles, position * 10000^(-2i/D), as cos and sin tables shared by every block.
     Positions known when tracing (numpy: training, evaluation, a prompt) give constants of the
     compiled program, as PyTorch's buffers; computed inside it, XLA fuses cos and sin into every
@@ -95,11 +94,9 @@ class Block(nn.Module):
         if cache is None:
             y = dot_product_attention(q, k, v, causal=True)  # (B, T, H, D)
             return self.proj(y.reshape(B, T, C)), None
-        ck = jax.lax.dynamic_update_slice_in_dim(
-            cache[0], k.astype(cache[0].dtype), positions[0], axis=1
-        )
-        cv = jax.lax.dynamic_update_slice_in_dim(
-            cache[1], v.astype(cache[1].dtype), positions[0], axis=1
+        ck, cv = (
+            jax.lax.dynamic_update_slice_in_dim(c, new.astype(c.dtype), positions[0], axis=1)
+            for c, new in zip(cache, (k, v))
         )
         # (B, H, T, S), fp32
         scores = jnp.einsum("bthd,bshd->bhts", q, ck, preferred_element_type=jnp.float32)
@@ -114,9 +111,8 @@ class Block(nn.Module):
         a, cache = self.attend(self.ln1(x), positions, cache, tables)
         x = x + self.drop(a)
         h = self.fc(self.ln2(x))  # (B, T, 4C)
-        x = x + self.drop(
-            self.out(jax.nn.gelu(h, approximate=True) if self.gelu_approximate else nn.gelu(h))
-        )
+        h = jax.nn.gelu(h, approximate=True) if self.gelu_approximate else nn.gelu(h)
+        x = x + self.drop(self.out(h))
         return x, cache
 
 
@@ -149,19 +145,8 @@ class GPT(nn.Module):
         self.embed = nn.Embedding(vocab_size, dim, key=keys[0])
         self.embed = self.embed.replace(weight=0.02 * self.embed.weight)
         self.pos = None if rotary else 0.02 * jax.random.normal(keys[1], (max_len, dim))
-        self.blocks = tuple(
-            Block(
-                dim,
-                heads,
-                rotary,
-                dropout,
-                key=k,
-                depth=depth,
-                gelu_approximate=gelu_approximate,
-                eps=eps,
-            )
-            for k in keys[3:]
-        )
+        options = dict(depth=depth, gelu_approximate=gelu_approximate, eps=eps)
+        self.blocks = tuple(Block(dim, heads, rotary, dropout, key=k, **options) for k in keys[3:])
         self.ln_f = nn.LayerNorm(dim, eps)
         self.head = None if tie_weights else _linear(dim, vocab_size, 0.02, keys[2], bias=False)
         self.max_len = max_len
@@ -178,11 +163,9 @@ class GPT(nn.Module):
         positions = start + (np if isinstance(start, int) else jnp).arange(ids.shape[1])  # (T,)
         x = self.embed(ids)  # (B, T, C)
         x = x if self.pos is None else x + jnp.take(self.pos, positions, axis=0)[None]
-        tables = (
-            rotary_tables(positions, x.shape[-1] // self.blocks[0].heads)
-            if self.blocks[0].rotary
-            else None
-        )
+        tables = None
+        if self.blocks[0].rotary:
+            tables = rotary_tables(positions, x.shape[-1] // self.blocks[0].heads)
         new_cache = []
         for block, layer_cache in zip(self.blocks, cache):
             x, layer_cache = block(x, positions, layer_cache, tables)
@@ -197,9 +180,8 @@ class GPT(nn.Module):
         return tuple((jnp.zeros(shape, dtype), jnp.zeros(shape, dtype)) for _ in self.blocks)
 
 
-def sample_token(
-    logits, key, temperature: float = 1.0, top_k: int | None = None
-) -> jax.Array:  # (B, V) -> (B,)
+# (B, V) -> (B,)
+def sample_token(logits, key, temperature: float = 1.0, top_k: int | None = None) -> jax.Array:
     """Greedy when temperature == 0; else sample from softmax(logits / T) over the top k."""
     if temperature == 0.0:
         return jnp.argmax(logits, -1)
@@ -242,7 +224,6 @@ def _generate(model, prompt, key, max_new_tokens, temperature, top_k):
         nxt = sample_token(logits[:, -1], jax.random.fold_in(key, i), temperature, top_k)
         return tokens.at[:, T0 + i].set(nxt.astype(tokens.dtype)), cache
 
-    tokens = (
-        jnp.pad(prompt, ((0, 0), (0, max_new_tokens))).at[:, T0].set(first.astype(prompt.dtype))
-    )  # (B, T0 + new)
+    tokens = jnp.pad(prompt, ((0, 0), (0, max_new_tokens)))  # (B, T0 + new)
+    tokens = tokens.at[:, T0].set(first.astype(prompt.dtype))
     return jax.lax.fori_loop(1, max_new_tokens, body, (tokens, cache))[0]

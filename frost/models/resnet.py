@@ -30,6 +30,11 @@ def _conv(cin, cout, k, stride, key):
     return conv.replace(weight=nn.init.kaiming_normal(key, conv.weight.shape, mode="fan_out"))
 
 
+def _projection(cin, cout, stride, key):
+    """The option B shortcut: a strided 1x1 convolution, then BatchNorm."""
+    return nn.Sequential(_conv(cin, cout, 1, stride, key), nn.BatchNorm(cout))
+
+
 class BasicBlock(nn.Module):
     """x -> conv3x3 -> BN -> ReLU -> conv3x3 -> BN, + shortcut(x), -> ReLU."""
 
@@ -47,16 +52,13 @@ class BasicBlock(nn.Module):
         self.conv2, self.bn2 = _conv(cout, cout, 3, 1, k2), nn.BatchNorm(cout)
         self.stride, self.pad_channels = stride, cout - cin if option == "A" else 0
         project = option != "A" and (stride != 1 or cin != cout)
-        self.shortcut = (
-            nn.Sequential(_conv(cin, cout, 1, stride, k3), nn.BatchNorm(cout)) if project else None
-        )
+        self.shortcut = _projection(cin, cout, stride, k3) if project else None
 
     def residual(self, x):  # (N, H, W, Cin) -> (N, H/s, W/s, Cout)
         if self.shortcut is not None:
             return self.shortcut(x)
-        x = x[
-            :, :: self.stride, :: self.stride, :
-        ]  # option A (or the identity, at stride 1 with no padding)
+        # option A (or the identity, at stride 1 with no padding)
+        x = x[:, :: self.stride, :: self.stride, :]
         lo = self.pad_channels // 2
         return jnp.pad(x, ((0, 0), (0, 0), (0, 0), (lo, self.pad_channels - lo)))
 
@@ -83,11 +85,8 @@ class Bottleneck(nn.Module):
         self.conv1, self.bn1 = _conv(cin, width, 1, 1, k1), nn.BatchNorm(width)
         self.conv2, self.bn2 = _conv(width, width, 3, stride, k2), nn.BatchNorm(width)
         self.conv3, self.bn3 = _conv(width, cout, 1, 1, k3), nn.BatchNorm(cout)
-        self.shortcut = (
-            nn.Sequential(_conv(cin, cout, 1, stride, k4), nn.BatchNorm(cout))
-            if stride != 1 or cin != cout
-            else None
-        )
+        project = stride != 1 or cin != cout
+        self.shortcut = _projection(cin, cout, stride, k4) if project else None
 
     def __call__(self, x):
         y = jax.nn.relu(self.bn1(self.conv1(x)))
@@ -111,11 +110,9 @@ class ResNet(nn.Module):
             nn.BatchNorm(widths[0]),
             nn.ReLU(),
         ]
-        self.stem = (
-            nn.Sequential(*stem, nn.MaxPool(3, stride=2, padding=1))
-            if imagenet_stem
-            else nn.Sequential(*stem)
-        )
+        if imagenet_stem:
+            stem.append(nn.MaxPool(3, stride=2, padding=1))
+        self.stem = nn.Sequential(*stem)
         blocks, cin = [], widths[0]
         for stage, (depth, width) in enumerate(zip(depths, widths)):
             for i in range(depth):

@@ -44,14 +44,12 @@ def gelu(x) -> jax.Array:
     return 0.5 * x * (1 + jax.lax.erf(x * 0.7071067811865476))
 
 
-relu, silu, sigmoid, tanh, softmax, log_softmax = (
-    jax.nn.relu,
-    jax.nn.silu,
-    jax.nn.sigmoid,
-    jnp.tanh,
-    jax.nn.softmax,
-    jax.nn.log_softmax,
-)
+relu = jax.nn.relu
+silu = jax.nn.silu
+sigmoid = jax.nn.sigmoid
+tanh = jnp.tanh
+softmax = jax.nn.softmax
+log_softmax = jax.nn.log_softmax
 
 
 def _activation(name, fn):
@@ -62,17 +60,12 @@ def _activation(name, fn):
     )
 
 
-ReLU, GELU, SiLU, Sigmoid, Tanh, Identity = (
-    _activation(n, f)
-    for n, f in [
-        ("ReLU", relu),
-        ("GELU", gelu),
-        ("SiLU", silu),
-        ("Sigmoid", sigmoid),
-        ("Tanh", tanh),
-        ("Identity", lambda x: x),
-    ]
-)
+ReLU = _activation("ReLU", relu)
+GELU = _activation("GELU", gelu)
+SiLU = _activation("SiLU", silu)
+Sigmoid = _activation("Sigmoid", sigmoid)
+Tanh = _activation("Tanh", tanh)
+Identity = _activation("Identity", lambda x: x)
 
 
 class Flatten(Module):

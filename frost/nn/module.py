@@ -63,11 +63,9 @@ def buffer_mask(tree) -> Any:
     """A tree of bools shaped like `tree`: True at buffer leaves, False at every other leaf."""
 
     def child(field, value):
-        return (
-            jax.tree.map(lambda _: True, value)
-            if field.metadata.get("buffer")
-            else buffer_mask(value)
-        )
+        if field.metadata.get("buffer"):
+            return jax.tree.map(lambda _: True, value)
+        return buffer_mask(value)
 
     return jax.tree.map(
         lambda x: map_children(x, child) if isinstance(x, Module) else False,

@@ -65,10 +65,8 @@ class BatchNorm(Module):
         dtype=jnp.float32,
     ):
         self.weight, self.bias = _scale_shift(num_features, dtype, affine, affine)
-        self.running_mean, self.running_var = (
-            jnp.zeros(num_features, dtype),
-            jnp.ones(num_features, dtype),
-        )
+        self.running_mean = jnp.zeros(num_features, dtype)
+        self.running_var = jnp.ones(num_features, dtype)
         self.num_features, self.eps, self.momentum = num_features, eps, momentum
 
     def __call__(self, x):  # (N, ..., C) -> (N, ..., C)
