@@ -106,14 +106,11 @@ def _shards(name: str, array, shape) -> list:
     local = {_bounds(s.index, shape): s.data for s in array.addressable_shards}
     # which holder (by device id) writes each shard: spread by entry name
     replica = zlib.crc32(name.encode())
-    return [
-        (
-            bounds,
-            sorted(devices, key=lambda d: d.id)[replica % len(devices)].process_index,
-            local.get(bounds),
-        )
-        for bounds, devices in sorted(holders.items())
-    ]
+    out = []
+    for bounds, devices in sorted(holders.items()):
+        writer = sorted(devices, key=lambda d: d.id)[replica % len(devices)]
+        out.append((bounds, writer.process_index, local.get(bounds)))
+    return out
 
 
 def _file(process: int, count: int) -> str:

@@ -61,10 +61,8 @@ def _named_leaves(tree, rename) -> list:
 
 def _brief(keys, limit=8) -> str:
     keys = sorted(keys)
-    return (
-        ", ".join(keys[:limit]) + (f" (and {len(keys) - limit} more)" if len(keys) > limit else "")
-        or "none"
-    )
+    more = f" (and {len(keys) - limit} more)" if len(keys) > limit else ""
+    return ", ".join(keys[:limit]) + more or "none"
 
 
 def read_weights(source) -> dict:
@@ -129,14 +127,10 @@ def _fill(template, weights: dict, rename, source, ignore=()):
     """`template` (a tree of ShapeDtypeStructs) filled from `weights` {peer name: array};
     `rename(path, ndim)` gives a leaf's (peer name, transposed?). Keys ending in `ignore` may be
     left over."""
-    wanted = {
-        name: (
-            leaf,
-            t,
-            tuple(leaf.shape[i] for i in TORCH_AXES[leaf.ndim]) if t else tuple(leaf.shape),
-        )
-        for name, t, leaf in _named_leaves(template, rename)
-    }  # peer name -> (leaf, transposed?, peer's shape)
+    wanted = {}  # peer name -> (leaf, transposed?, peer's shape)
+    for name, t, leaf in _named_leaves(template, rename):
+        shape = tuple(leaf.shape[i] for i in TORCH_AXES[leaf.ndim]) if t else tuple(leaf.shape)
+        wanted[name] = (leaf, t, shape)
     missing = set(wanted) - set(weights)
     unexpected = {k for k in set(weights) - set(wanted) if not k.endswith(tuple(ignore))}
     shapes = [
@@ -155,12 +149,10 @@ def _fill(template, weights: dict, rename, source, ignore=()):
             f"{source}: non-finite values (NaN or inf) in {_brief(nonfinite)}; the weights are "
             "damaged, or come from a run that diverged"
         )
-    leaves = [
-        jnp.asarray(
-            (weights[k].transpose(FROST_AXES[leaf.ndim]) if t else weights[k]).astype(leaf.dtype)
-        )
-        for k, (leaf, t, _) in wanted.items()
-    ]
+    leaves = []
+    for k, (leaf, t, _) in wanted.items():
+        array = weights[k].transpose(FROST_AXES[leaf.ndim]) if t else weights[k]
+        leaves.append(jnp.asarray(array.astype(leaf.dtype)))
     return jax.tree.unflatten(jax.tree.structure(template), leaves)
 
 
@@ -180,9 +172,8 @@ def _gpt2_name(path: str, ndim: int) -> tuple[str, bool]:
         return f"transformer.h.{parts[1]}.{GPT2_LAYERS[parts[2]]}.{parts[3]}", False
     if parts[0] == "head":
         return "lm_head.weight", True
-    return {"embed.weight": "transformer.wte.weight", "pos": "transformer.wpe.weight"}.get(
-        path, "transformer." + path
-    ), False
+    top = {"embed.weight": "transformer.wte.weight", "pos": "transformer.wpe.weight"}
+    return top.get(path, "transformer." + path), False
 
 
 def _gpt2_options(config: dict, source) -> dict:
@@ -244,12 +235,8 @@ def load_hf_gpt2(path, dtype=jnp.float32) -> gpt.GPT:
     if index.is_file():
         files = sorted(set(read_json(index, INDEX).get("weight_map", {}).values()))
     else:
-        files = [
-            next(
-                (f for f in ("model.safetensors", "pytorch_model.bin") if (path / f).is_file()),
-                "model.safetensors",
-            )
-        ]
+        found = [f for f in ("model.safetensors", "pytorch_model.bin") if (path / f).is_file()]
+        files = found[:1] or ["model.safetensors"]
     weights = {k: v for f in files for k, v in read_weights(path / f).items()}
     if not any(k.startswith("transformer.") for k in weights):  # saved from GPT2Model: no prefix
         weights = {
@@ -317,9 +304,8 @@ def _resnet_rename(model):
             return ("conv1." if p[2] == "0" else "bn1.") + p[3], ndim >= 2
         if p[0] == "head":
             return "fc." + p[1], ndim >= 2
-        return stages[int(p[1])] + "." + ".".join(p[2:]).replace(
-            "shortcut.layers", "downsample"
-        ), ndim >= 2
+        rest = ".".join(p[2:]).replace("shortcut.layers", "downsample")
+        return f"{stages[int(p[1])]}.{rest}", ndim >= 2
 
     return rename
 
@@ -334,11 +320,9 @@ def load_torch_resnet(state_dict, name: str) -> resnet.ResNet:
     classes = fc.shape[0] if fc is not None and fc.ndim == 2 else 1000
     channels = conv1.shape[1] if conv1 is not None and conv1.ndim == 4 else 3
     template = jax.eval_shape(lambda k: RESNETS[name](classes, channels, key=k), jax.random.key(0))
-    source = (
-        state_dict
-        if isinstance(state_dict, (str, pathlib.Path))
-        else f"load_torch_resnet(..., {name!r})"
-    )
+    source = f"load_torch_resnet(..., {name!r})"
+    if isinstance(state_dict, (str, pathlib.Path)):
+        source = state_dict
     return _fill(
         template, weights, _resnet_rename(template), source, ignore=("num_batches_tracked",)
     )

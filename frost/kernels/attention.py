@@ -144,11 +144,9 @@ def flash_attention(
         for x, n in ((q, t_pad), (k, s_pad), (v, s_pad))
     )
     # keep: (B, S_pad) int32, 1 = attend; padded keys beyond S are masked by the kernels
-    keep = (
-        None
-        if key_padding_mask is None
-        else jnp.pad(key_padding_mask.astype(jnp.int32), ((0, 0), (0, s_pad - s)))
-    )
+    keep = None
+    if key_padding_mask is not None:
+        keep = jnp.pad(key_padding_mask.astype(jnp.int32), ((0, 0), (0, s_pad - s)))
     return _flash(q, k, v, keep, causal, scale, s, blocks, interpret)[:, :t]
 
 
@@ -216,15 +214,8 @@ def _forward_kernel(
         o, m, total = carry  # (block_q, D_pad), (block_q,), (block_q,)
         ks = pl.ds(j * block_k, block_k)
         keep = None if keep_ref is None else keep_ref[ks] != 0
-        s = _scores(
-            q,
-            load(k_ref.at[ks, :]),
-            span_q,
-            j * block_k + jnp.arange(block_k),
-            keep,
-            causal=causal,
-            **opts,
-        )
+        k = load(k_ref.at[ks, :])  # (block_k, D_pad)
+        s = _scores(q, k, span_q, j * block_k + jnp.arange(block_k), keep, causal=causal, **opts)
         m_new = jnp.maximum(m, s.max(axis=-1))
         alpha = jnp.exp2(m - m_new)  # rescales what was accumulated under the old maximum
         p = jnp.exp2(s - m_new[:, None])  # (block_q, block_k)
