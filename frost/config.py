@@ -73,11 +73,12 @@ def nonnegative(x) -> str | None:
 
 def whole(low: int) -> Callable[[Any], str | None]:
     """A whole number (not a bool) of at least `low`."""
-    return lambda x: (
-        None
-        if isinstance(x, int) and not isinstance(x, bool) and x >= low
-        else f"must be a whole number >= {low}"
-    )
+
+    def check(x):
+        ok = isinstance(x, int) and not isinstance(x, bool) and x >= low
+        return None if ok else f"must be a whole number >= {low}"
+
+    return check
 
 
 def required(x) -> str | None:

@@ -136,10 +136,8 @@ def _train(job, cfg, run_dir, progress) -> dict:
     eval_step = loop.make_eval_step(d.prepare)
     # a multiple of the training batch, so it divides over the mesh and the processes as that does
     eval_rows = cfg.batch_size * max(1, (job.eval_batch or cfg.batch_size) // cfg.batch_size)
-    shard = {
-        "process_index": jax.process_index(),
-        "process_count": jax.process_count(),
-    }  # its share of each batch
+    # its share of each batch
+    shard = dict(process_index=jax.process_index(), process_count=jax.process_count())
 
     def eval_fn(model):
         if d.eval is None:
@@ -181,11 +179,9 @@ def _train(job, cfg, run_dir, progress) -> dict:
         count = lambda b: len(b[0]) * d.per_row  # noqa: E731
         state = loop.fit(state, step, loader, fit, eval_fn, count, place)
     seconds = time.perf_counter() - start
-    final = (
-        state.last_eval
-        if state.last_eval is not None and cfg.max_steps is None
-        else eval_fn(state.model)
-    )
+    final = state.last_eval
+    if final is None or cfg.max_steps is not None:
+        final = eval_fn(state.model)
     # with fp16: the overflow count
     scaled = optim.find_states(state.opt_state, optim.scaling.ScaledState)
     result = {f"{job.eval_name}_{k}": v for k, v in final.items()}  # test_accuracy, ...

@@ -107,11 +107,7 @@ def load_run(run_dir):
         cfg = LMConfig(**json.loads((run_dir / "config.json").read_text()))
     except (OSError, json.JSONDecodeError, TypeError) as e:
         raise UsageError(f"{run_dir}: not a `frost train gpt` run directory ({e})") from None
-    tok = (
-        corpus.load_tokenizer(cfg.tokenizer)
-        if cfg.tokenizer
-        else text.load(run_dir / "tokenizer.json")
-    )
+    tok = corpus.load_tokenizer(cfg.tokenizer or run_dir / "tokenizer.json")
     path = checkpoint.latest(run_dir / "checkpoints")
     if path is None:
         raise UsageError(

@@ -220,9 +220,8 @@ def restore(run_dir, state: TrainState) -> TrainState:
 def save(run_dir, state: TrainState, keep: int = 3, **meta) -> pathlib.Path:
     """Checkpoint `state`: every process calls it and writes the shards it holds (no gather)."""
     meta = dict(meta, step=state.step, loader=state.loader_state, skipped=state.skipped)
-    return checkpoint.save(
-        pathlib.Path(run_dir) / "checkpoints", state.step, state.tree(), meta, keep
-    )
+    directory = pathlib.Path(run_dir) / "checkpoints"
+    return checkpoint.save(directory, state.step, state.tree(), meta, keep)
 
 
 class _Policy:

@@ -11,16 +11,14 @@ from frost import nn
 from frost.optim import gauss_newton_bartlett, hutchinson
 
 
-def nll(
-    logits, labels
-) -> jax.Array:  # (..., V), (...) -> (...): each position's -log p(label), in float32
+# (..., V), (...) -> (...): each position's -log p(label), in float32
+def nll(logits, labels) -> jax.Array:
     logp = jax.nn.log_softmax(logits.astype(jnp.float32))  # (..., V)
     return -jnp.take_along_axis(logp, labels[..., None].astype(jnp.int32), axis=-1)[..., 0]
 
 
-def cross_entropy(
-    logits, labels
-) -> jax.Array:  # (..., V), (...) -> (): the mean over all positions
+# (..., V), (...) -> (): the mean over all positions
+def cross_entropy(logits, labels) -> jax.Array:
     return jnp.mean(nll(logits, labels))
 
 
@@ -40,10 +38,8 @@ def classification_loss(model, batch, key) -> tuple[jax.Array, tuple]:
     metrics))`."""
     x, labels = batch
     logits, stats_model = nn.apply(model, x, train=True, key=key)
-    return cross_entropy(logits, labels), (
-        stats_model,
-        {"accuracy": jnp.mean(correct(logits, labels))},
-    )
+    metrics = {"accuracy": jnp.mean(correct(logits, labels))}
+    return cross_entropy(logits, labels), (stats_model, metrics)
 
 
 def eval_sums(model, batch, valid=None) -> dict:

@@ -32,12 +32,8 @@ def plot(run_dir, out=None) -> pathlib.Path:
     ):
         rows = [r for r in records if key in r]
         if rows:
-            ax.plot(
-                [r["step"] for r in rows],
-                [r[key] for r in rows],
-                "-" if label == "train" else "o-",
-                label=label,
-            )
+            style = "-" if label == "train" else "o-"
+            ax.plot([r["step"] for r in rows], [r[key] for r in rows], style, label=label)
     for ax, name in ((ax_loss, "loss"), (ax_acc, "accuracy")):
         ax.set_xlabel("step")
         ax.set_ylabel(name)
