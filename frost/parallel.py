@@ -82,9 +82,8 @@ def _fsdp_spec(shape, size: int, axis: str) -> P:
 def fsdp(tree, mesh: Mesh, axis: str = "data"):
     """Fully sharded data parallel (Zhao et al. 2023, PyTorch FSDP; ZeRO-3): every parameter and
     optimizer-state array split along its largest divisible axis over `axis`."""
-    return jax.tree.map(
-        lambda x: NamedSharding(mesh, _fsdp_spec(np.shape(x), mesh.shape[axis], axis)), tree
-    )
+    size = mesh.shape[axis]
+    return jax.tree.map(lambda x: NamedSharding(mesh, _fsdp_spec(np.shape(x), size, axis)), tree)
 
 
 def tensor_parallel(tree, mesh: Mesh, axis: str = "model"):
@@ -143,10 +142,8 @@ STRATEGIES = {"dp": replicated, "fsdp": fsdp, "tp": tensor_parallel}
 def parse_mesh(spec: str) -> dict:
     """ "data=4,model=2" -> {"data": 4, "model": 2}."""
     try:
-        sizes = {
-            k.strip(): int(v)
-            for k, v in (part.split("=") for part in spec.split(",") if part.strip())
-        }
+        pairs = (part.split("=") for part in spec.split(",") if part.strip())
+        sizes = {k.strip(): int(v) for k, v in pairs}
     except ValueError:
         raise UsageError(
             f"--mesh {spec!r}: expected AXIS=SIZE pairs such as data=4 or data=4,model=2"

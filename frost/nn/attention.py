@@ -64,9 +64,6 @@ def dot_product_attention(
 ) -> jax.Array:
     """softmax(scale q k^T) v per batch and head; scale defaults to 1/sqrt(D). See the module
     docstring."""
-    fn = (
-        flash_attention
-        if attention_implementation(implementation) == "pallas"
-        else attention_reference
-    )
+    pallas = attention_implementation(implementation) == "pallas"
+    fn = flash_attention if pallas else attention_reference
     return fn(q, k, v, causal=causal, key_padding_mask=key_padding_mask, scale=scale)

@@ -50,10 +50,8 @@ def is_training() -> bool:
 def record(layer: Module, **fields) -> None:
     """Called by a layer during `apply(train=True)` to replace some of its fields afterwards."""
     if is_training():
-        _context.get().records[id(layer)] = (
-            layer,
-            {k: jax.lax.stop_gradient(v) for k, v in fields.items()},
-        )
+        stopped = {k: jax.lax.stop_gradient(v) for k, v in fields.items()}
+        _context.get().records[id(layer)] = (layer, stopped)
 
 
 def next_key(layer: Module) -> jax.Array:

@@ -33,11 +33,8 @@ def _padding(padding, n: int):
         if padding.upper() not in ("SAME", "VALID"):
             raise ValueError(f"padding={padding!r}: use an int, a tuple, 'SAME' or 'VALID'")
         return padding.upper()
-    pairs = (
-        ((padding, padding),) * n
-        if isinstance(padding, int)
-        else tuple((p, p) if isinstance(p, int) else tuple(p) for p in padding)
-    )
+    per_axis = (padding,) * n if isinstance(padding, int) else padding
+    pairs = tuple((p, p) if isinstance(p, int) else tuple(p) for p in per_axis)
     if len(pairs) != n or not all(len(p) == 2 and min(p) >= 0 for p in pairs):
         raise ValueError(
             f"padding={padding!r} must be >= 0, one entry (or (low, high) pair) per spatial axis "
@@ -92,11 +89,8 @@ class Conv(Module):
         wkey, bkey = jax.random.split(key)
         shape = (*self.kernel_size, in_channels // groups, out_channels)
         self.weight = init.kaiming_uniform(wkey, shape, dtype=dtype)
-        self.bias = (
-            init.bias_uniform(bkey, (out_channels,), init.fans(shape)[0], dtype)
-            if use_bias
-            else None
-        )
+        fan_in = init.fans(shape)[0]
+        self.bias = init.bias_uniform(bkey, (out_channels,), fan_in, dtype) if use_bias else None
 
     def __call__(self, x):  # (N, *spatial, in) -> (N, *spatial', out)
         n = len(self.kernel_size)

@@ -36,10 +36,5 @@ class Embedding(Module):
                 raise ValueError(
                     f"{self.describe()}: ids must be in [0, {n}), got values from {low} to {high}"
                 )
-        return jnp.take(
-            self.weight,
-            jnp.where((ids >= 0) & (ids < n), ids, n),
-            axis=0,
-            mode="fill",
-            fill_value=jnp.nan,
-        )
+        inside = jnp.where((ids >= 0) & (ids < n), ids, n)  # n: out of range, a row of NaN
+        return jnp.take(self.weight, inside, axis=0, mode="fill", fill_value=jnp.nan)

@@ -50,8 +50,7 @@ class Linear(Module):
         self.in_features, self.out_features = in_features, out_features
 
     def __call__(self, x):  # (..., in) -> (..., out)
-        check_input(
-            self, x, getattr(x, "ndim", 0) >= 1, self.in_features, f"(..., {self.in_features})"
-        )
+        expected = f"(..., {self.in_features})"
+        check_input(self, x, getattr(x, "ndim", 0) >= 1, self.in_features, expected)
         y = x @ self.weight  # (..., out)
         return y if self.bias is None else y + expand_to(self.bias, y.ndim)

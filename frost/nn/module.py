@@ -50,13 +50,8 @@ def is_module(x) -> bool:
 
 def map_children(module, fn) -> Any:
     """`module` with each child (non-static) field's value replaced by `fn(field, value)`."""
-    return module.replace(
-        **{
-            f.name: fn(f, module.__dict__[f.name])
-            for f in dataclasses.fields(module)
-            if not f.metadata.get("static")
-        }
-    )
+    children = [f for f in dataclasses.fields(module) if not f.metadata.get("static")]
+    return module.replace(**{f.name: fn(f, module.__dict__[f.name]) for f in children})
 
 
 def buffer_mask(tree) -> Any:
@@ -86,11 +81,9 @@ def update_buffers(model, source) -> Any:
 
 def shape_error(layer, expected: str, x) -> ValueError:
     """The error every layer raises for a bad input: names the layer and both shapes."""
-    got = (
-        f"shape {tuple(x.shape)} and dtype {np.dtype(x.dtype).name}"
-        if hasattr(x, "shape")
-        else repr(x)
-    )
+    got = repr(x)
+    if hasattr(x, "shape"):
+        got = f"shape {tuple(x.shape)} and dtype {np.dtype(x.dtype).name}"
     return ValueError(f"{layer.describe()} expected input {expected}, got {got}")
 
 
@@ -177,12 +170,10 @@ class Module:
 
     def param_count(self) -> int:
         """Number of scalars in the floating-point parameter leaves (buffers excluded)."""
-        leaves = jax.tree.leaves(
-            jax.tree.map(lambda x, b: None if b else x, self, buffer_mask(self))
-        )
+        params = jax.tree.map(lambda x, b: None if b else x, self, buffer_mask(self))
         return sum(
             int(np.prod(x.shape))
-            for x in leaves
+            for x in jax.tree.leaves(params)
             if hasattr(x, "dtype") and np.issubdtype(x.dtype, np.inexact)
         )
 
