@@ -302,11 +302,10 @@ def _assemble(name: str, entry: dict, leaf, read: _Reader) -> jax.Array:
         return out.view(jnp.bfloat16) if dtype == "bfloat16" else out
 
     sharding = getattr(leaf, "sharding", None)
-    array = (
-        jax.make_array_from_callback(shape, sharding, block)
-        if sharding is not None
-        else jnp.asarray(block(tuple(slice(None) for _ in shape)))
-    )
+    if sharding is None:
+        array = jnp.asarray(block(tuple(slice(None) for _ in shape)))
+    else:
+        array = jax.make_array_from_callback(shape, sharding, block)
     return jax.random.wrap_key_data(array, impl=dtype[4:]) if dtype.startswith("key:") else array
 
 

@@ -69,17 +69,11 @@ def _cifar(kind, split, root, folder, files):
 
 def cifar10(split: str = "train", root=None):
     """(images (N, 32, 32, 3) uint8, labels (N,) int32) from the CIFAR-10 binary files."""
-    return _cifar(
-        10,
-        split,
-        root,
-        "cifar-10-batches-bin",
-        {"train": [f"data_batch_{i}.bin" for i in range(1, 6)], "test": ["test_batch.bin"]},
-    )
+    files = {"train": [f"data_batch_{i}.bin" for i in range(1, 6)], "test": ["test_batch.bin"]}
+    return _cifar(10, split, root, "cifar-10-batches-bin", files)
 
 
 def cifar100(split: str = "train", root=None):
     """(images (N, 32, 32, 3) uint8, fine labels (N,) int32) from the CIFAR-100 binary files."""
-    return _cifar(
-        100, split, root, "cifar-100-binary", {"train": ["train.bin"], "test": ["test.bin"]}
-    )
+    files = {"train": ["train.bin"], "test": ["test.bin"]}
+    return _cifar(100, split, root, "cifar-100-binary", files)

@@ -90,11 +90,9 @@ def summarise(res) -> dict:
     def row(runs, timed, tuning=None, hp=None):
         losses = [r["final_loss"] for r in runs if not r["diverged"]]
         mean, ci = protocol.mean_ci(losses)
-        reach = (
-            protocol.steps_to_reach(list(curve), list(curve.values()), mean)
-            if curve and losses
-            else (math.nan, "?")
-        )
+        reach = (math.nan, "?")
+        if curve and losses:
+            reach = protocol.steps_to_reach(list(curve), list(curve.values()), mean)
         per_step = [np.median([r["seconds"] / r["steps"] for r in rs]) for rs in (adamw, timed)]
         reaches = []  # per fresh seed: AdamW's steps to this seed's loss on its own ladder
         for r in runs:
@@ -125,15 +123,11 @@ def summarise(res) -> dict:
             "range": tuning and protocol.lr_range(tuning),
         }
 
-    rows = {
-        n: row(
-            finals.get(n, []),
-            adamw if n == "adamw" else runs + finals.get(n, []),
-            runs,
-            (res["best"][n] or {}).get("hyperparams"),
-        )
-        for n, runs in res["tuning"].items()
-    }
+    rows = {}
+    for n, runs in res["tuning"].items():
+        timed = adamw if n == "adamw" else runs + finals.get(n, [])
+        hp = (res["best"][n] or {}).get("hyperparams")
+        rows[n] = row(finals.get(n, []), timed, runs, hp)
     rows[BASE] = row(res["baseline"], adamw, hp=protocol.BASELINE[res["kind"]])
     for r in rows.values():
         r["vs"] = _ratio(r["speed"], rows[BASE]["speed"])
@@ -147,11 +141,9 @@ def _table(rows) -> list[str]:
         "|---|---|---|---|---|---|---|---|",
     ]
     for name, r in rows.items():
-        loss = (
-            f"{r['mean']:.4f} ± {r['ci']:.4f} (n={r['n']}/{r['of']})"
-            if r["n"]
-            else f"diverged ({r['of']})"
-        )
+        loss = f"diverged ({r['of']})"
+        if r["n"]:
+            loss = f"{r['mean']:.4f} ± {r['ci']:.4f} (n={r['n']}/{r['of']})"
         stable = "" if r["stable"] is None else f"{r['stable']:.0%}"
         width = (
             "" if r["range"] is None else "n/a" if math.isnan(r["range"]) else f"{r['range']:.0f}x"
@@ -252,12 +244,8 @@ def _plots(out, results):
 def _curves(ax, res):
     for n, runs in [*res["finals"].items(), (BASE, res["baseline"])]:
         if ok := [[v for _, v in r["curve"]] for r in runs if not r["diverged"]]:
-            ax.plot(
-                [s for s, _ in runs[0]["curve"]],
-                np.mean(ok, 0),
-                "--" if n == BASE else "-",
-                label=n,
-            )
+            style = "--" if n == BASE else "-"
+            ax.plot([s for s, _ in runs[0]["curve"]], np.mean(ok, 0), style, label=n)
     ax.set(xlabel="step", ylabel="training loss (mean over fresh seeds)")
 
 
@@ -353,10 +341,8 @@ def write(out, results, cfg, command, data: str = ""):
             *sum(res["curve"].values(), []),
             *res["baseline"],
         ]:
-            runs.setdefault(
-                json.dumps([r[k] for k in KEYS[:4]] + [r["steps"]], sort_keys=True),
-                {k: r[k] for k in KEYS},
-            )
+            key = json.dumps([r[k] for k in KEYS[:4]] + [r["steps"]], sort_keys=True)
+            runs.setdefault(key, {k: r[k] for k in KEYS})
     summaries = {name: summarise({**res, "kind": wl.kind}) for name, (wl, res) in results.items()}
     claims, summary, verdicts = _verdicts(summaries, cfg.claims)
     made = provenance(data)

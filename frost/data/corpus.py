@@ -261,9 +261,8 @@ def _batches(files, key, column) -> Iterator[tuple[list[str], np.ndarray]]:
 def prepare(files, tok, cache, key="text", column="text", workers=None, progress=False) -> dict:
     """The manifest of the corpus's token shards under `tok`, encoded once into the cache (see
     the module's docstring) and read from it afterwards; `manifest["folder"]` is where."""
-    folder = (
-        pathlib.Path(cache).expanduser() / f"{fingerprint(files, key, column)}-{token_hash(tok)}"
-    )
+    name = f"{fingerprint(files, key, column)}-{token_hash(tok)}"
+    folder = pathlib.Path(cache).expanduser() / name
     with _locked(folder.with_name(folder.name + ".lock")):
         if not (folder / "manifest.json").is_file():
             start = time.perf_counter()

@@ -246,14 +246,8 @@ class Loader(contextlib.AbstractContextManager):
     def _start(self):
         """Start the workers and hand each slot a task."""
         pool = Processes if self.backend == "process" else Threads
-        self._pool = pool(
-            self.workers,
-            _serve,
-            (self.source, self.transform, self.seed),
-            self._layout,
-            self.prefetch,
-            self.timeout,
-        )
+        args = (self.source, self.transform, self.seed)
+        self._pool = pool(self.workers, _serve, args, self._layout, self.prefetch, self.timeout)
         self._finalize = weakref.finalize(self, self._pool.close)
         self._next = (self.epoch, self.batch)  # the next position to hand to a worker
         self._busy = {}  # slot -> (position, worker) in flight

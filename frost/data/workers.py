@@ -49,13 +49,11 @@ class Layout:
     buffer."""
 
     def __init__(self, sample, rows):
-        self.keys = (
-            tuple(sample)
-            if isinstance(sample, dict)
-            else len(sample)
-            if isinstance(sample, (tuple, list))
-            else None
-        )
+        self.keys = None  # a single array
+        if isinstance(sample, dict):
+            self.keys = tuple(sample)
+        elif isinstance(sample, (tuple, list)):
+            self.keys = len(sample)
         self.fields = [(np.shape(x), np.asarray(x).dtype) for x in fields_of(sample)]
         self.rows, self.offsets, end = rows, [], 0
         for shape, dtype in self.fields:
@@ -174,11 +172,9 @@ class Processes:
         proc = self.procs[w]
         proc.join(timeout=1)
         code = proc.exitcode
-        how = (
-            f"was killed by {signal.Signals(-code).name}"
-            if code is not None and code < 0
-            else f"exited (code {code})"
-        )
+        how = f"exited (code {code})"
+        if code is not None and code < 0:
+            how = f"was killed by {signal.Signals(-code).name}"
         return WorkerError(
             f"{self.role} {w} (pid {proc.pid}) {how} while it was running (its own error, if "
             f"any, is printed above). If the out-of-memory killer did it, use fewer workers or "

@@ -107,12 +107,12 @@ def train_step(
             model, batch, key, scale
         )
         loss = loss / scale
-        new_opt_state = (
-            opt_state
-            if hessian is None
-            # Sophia: refresh the Hessian estimate first
-            else update_hessian(opt_state, lambda: HESSIAN[hessian](objective, model, batch, key))
-        )
+
+        def estimate():
+            return HESSIAN[hessian](objective, model, batch, key)
+
+        # Sophia: refresh the Hessian estimate first
+        new_opt_state = opt_state if hessian is None else update_hessian(opt_state, estimate)
         # value=: the loss, for an optimizer whose update takes extra arguments (optax.polyak_sgd)
         updates, new_opt_state = call_update(optimizer, grads, new_opt_state, model, value=loss)
         new_model = nn.update_buffers(apply_updates(model, updates), stats_model)
@@ -199,11 +199,8 @@ def distribute(state: TrainState, mesh: str | None, strategy: str, batch_size: i
         {"model": state.model, "opt_state": state.opt_state}, mesh, strategy, batch_size
     )
     state = dataclasses.replace(state, **tree)
-    return (
-        state,
-        (sh["model"], sh["opt_state"], batch_sh),
-        lambda batch: parallel.global_batch(batch, batch_sh),
-    )
+    shardings = (sh["model"], sh["opt_state"], batch_sh)
+    return state, shardings, lambda batch: parallel.global_batch(batch, batch_sh)
 
 
 def restore(run_dir, state: TrainState) -> TrainState:
@@ -376,9 +373,8 @@ def fit(
 def _evaluate(state: TrainState, epoch: int, eval_fn, c: FitConfig, log) -> TrainState:
     """`eval_fn` on the model after `epoch`, logged and printed, and kept in `state.last_eval`."""
     result = eval_fn(state.model)
-    log.write(
-        {"step": state.step, "epoch": epoch, **{f"{c.eval_name}_{k}": v for k, v in result.items()}}
-    )
+    named = {f"{c.eval_name}_{k}": v for k, v in result.items()}
+    log.write({"step": state.step, "epoch": epoch, **named})
     if c.progress:
         text = ", ".join(f"{c.eval_name} {k} {v:.4f}" for k, v in result.items())
         print(f"epoch {epoch + 1}: {text}", flush=True)
