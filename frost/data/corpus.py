@@ -226,9 +226,8 @@ def tokenizer(
     target = pathlib.Path(cache).expanduser() / name
     with _locked(target.with_suffix(".lock")):
         if not target.is_file():
-            trained = text.train(
-                sample(files, chars, key, column), vocab_size, special_tokens=[EOT], **kw
-            )
+            docs = sample(files, chars, key, column)
+            trained = text.train(docs, vocab_size, special_tokens=[EOT], **kw)
             text.save(trained, target)
     return text.load(target)
 
@@ -281,9 +280,8 @@ def _encode(files, tok, folder: pathlib.Path, key, column, workers) -> dict:
     shards = {"train": [], "val": []}
     batches, texts = tee(_batches(files, key, column))
     docs = 0
-    for (_, ends), (flat, lengths) in zip(
-        batches, base.encode_flat((t for t, _ in texts), special="text", workers=workers)
-    ):
+    encoded = base.encode_flat((t for t, _ in texts), special="text", workers=workers)
+    for (_, ends), (flat, lengths) in zip(batches, encoded):
         ids = np.insert(flat, np.cumsum(lengths)[ends], base.special[EOT])  # each document + EOT
         ids = ids if renumber is None else renumber[ids]
         doc = docs + np.cumsum(ends) - ends  # (pieces,) the document of each piece

@@ -271,12 +271,10 @@ def scale_by_lion(b1: float = 0.9, b2: float = 0.99, mu_dtype=None) -> GradientT
 
         return _lift(rule, u, state, "mu")
 
-    return GradientTransformation(
-        lambda params: LionState(
-            _real_zeros("lion", params, mu_dtype), hyperparam(b1), hyperparam(b2)
-        ),
-        update,
-    )
+    def init(params):
+        return LionState(_real_zeros("lion", params, mu_dtype), hyperparam(b1), hyperparam(b2))
+
+    return GradientTransformation(init, update)
 
 
 # --- Sophia ---------------------------------------------------------------------------------

