@@ -275,13 +275,12 @@ def _assemble(name: str, entry: dict, leaf, read: _Reader) -> jax.Array:
             f"{read.path / entry['shards'][0]['file']}: entry '{name}' is {entry['dtype']}"
             f"{entry['shape']}, but the model expects {dtype}{list(shape)}"
         )
-    stored = (
-        np.uint16
-        if dtype == "bfloat16"
-        else np.uint32
-        if dtype.startswith("key:")
-        else np.dtype(dtype)
-    )
+    if dtype == "bfloat16":
+        stored = np.uint16
+    elif dtype.startswith("key:"):
+        stored = np.uint32
+    else:
+        stored = np.dtype(dtype)
     cache = {}
 
     def block(index) -> np.ndarray:

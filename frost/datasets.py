@@ -43,14 +43,12 @@ def _find(splits, split, dirs, dataset, how):
 
 def fashion_mnist(split: str = "train"):
     """(images (N, 28, 28, 1) uint8, labels (N,) int32); N = 60000 (train) or 10000 (test)."""
-    paths = _find(
-        _FASHION,
-        split,
-        _dirs("fashion-mnist", "/usr/share/datasets/fashion-mnist"),
-        "Fashion-MNIST",
+    dirs = _dirs("fashion-mnist", "/usr/share/datasets/fashion-mnist")
+    how = (
         "Install it with `sudo apt-get install dataset-fashion-mnist` (Debian/Ubuntu), or set "
-        "FROST_DATA to a directory holding the four IDX files.",
+        "FROST_DATA to a directory holding the four IDX files."
     )
+    paths = _find(_FASHION, split, dirs, "Fashion-MNIST", how)
     return read_idx_pair(*paths)
 
 

@@ -323,9 +323,8 @@ def load_torch_resnet(state_dict, name: str) -> resnet.ResNet:
     source = f"load_torch_resnet(..., {name!r})"
     if isinstance(state_dict, (str, pathlib.Path)):
         source = state_dict
-    return _fill(
-        template, weights, _resnet_rename(template), source, ignore=("num_batches_tracked",)
-    )
+    rename = _resnet_rename(template)
+    return _fill(template, weights, rename, source, ignore=("num_batches_tracked",))
 
 
 def torch_state_dict(model: resnet.ResNet) -> dict:

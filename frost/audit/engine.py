@@ -214,11 +214,8 @@ def run_group(workload, data, name, group: Group, max_runs: int | None = None) -
     shapes = tuple(v.shape for v in data.arrays.values())
     tag = (workload.name, shapes, name, tuple(sorted(built.items())), len(runs))
     if tag not in _programs:
-        _programs[tag] = (
-            _program(workload, data, name, built, axes, workload.threshold(data))
-            .lower(carry, _steps(0), data.arrays, np.int32(steps))
-            .compile()
-        )
+        chunk = _program(workload, data, name, built, axes, workload.threshold(data))
+        _programs[tag] = chunk.lower(carry, _steps(0), data.arrays, np.int32(steps)).compile()
     program, stats = _programs[tag], _programs[tag].memory_analysis()
     need = stats.argument_size_in_bytes + stats.output_size_in_bytes + stats.temp_size_in_bytes
     if len(runs) > 1 and need > 0.5 * free_memory():

@@ -63,11 +63,16 @@ def hyperparam(x) -> jax.Array:
     return jnp.asarray(x, jnp.float32)
 
 
+def stateless(fn) -> GradientTransformation:
+    """The transform `updates -> fn(updates)`, with no state."""
+    return GradientTransformation(
+        lambda params: EmptyState(), lambda updates, state, params=None: (fn(updates), state)
+    )
+
+
 def identity() -> GradientTransformation:
     """Updates unchanged, no state (optax.identity)."""
-    return GradientTransformation(
-        lambda params: EmptyState(), lambda updates, state, params=None: (updates, state)
-    )
+    return stateless(lambda updates: updates)
 
 
 def call_update(t, updates, state, params=None, **extra_args):
@@ -144,13 +149,12 @@ def partition(transforms: dict, labels) -> GradientTransformation:
         partition({"muon": muon_chain, "adam": adamw(3e-4)},
                   lambda params: jax.tree.map(lambda p: "muon" if p.ndim == 2 else "adam", params))
     """
+
+    def mask(label):
+        return lambda tree: jax.tree.map(lambda lab: lab == label, _resolve(labels, tree))
+
     # The masks are disjoint, so applying the masked transforms in turn partitions.
-    parts = chain(
-        *(
-            masked(t, lambda tree, k=k: jax.tree.map(lambda lab: lab == k, _resolve(labels, tree)))
-            for k, t in transforms.items()
-        )
-    )
+    parts = chain(*(masked(t, mask(k)) for k, t in transforms.items()))
 
     def init(params):
         unknown = set(jax.tree.leaves(_resolve(labels, params))) - set(transforms)

@@ -20,7 +20,6 @@ import jax
 import jax.numpy as jnp
 
 from frost.optim.base import (
-    EmptyState,
     GradientTransformation,
     MaskedNode,
     call_update,
@@ -29,6 +28,7 @@ from frost.optim.base import (
     identity,
     map_states,
     masked,
+    stateless,
 )
 from frost.tree import where
 
@@ -70,12 +70,6 @@ def _lift(rule, u, state, *fields, **changes):
     return trees[0], state._replace(**dict(zip(fields, trees[1:])), **changes)
 
 
-def _stateless(fn) -> GradientTransformation:
-    return GradientTransformation(
-        lambda params: EmptyState(), lambda updates, state, params=None: (fn(updates), state)
-    )
-
-
 def is_off(x) -> bool:
     """True for a weight decay or momentum that builds no transform: None or a concrete 0 (a
     traced value, as under optax.inject_hyperparams, always builds the transform)."""
@@ -109,7 +103,7 @@ def global_norm(tree) -> jax.Array:
 
 def scale(factor: float) -> GradientTransformation:
     """u -> factor * u."""
-    return _stateless(lambda u: jax.tree.map(lambda x: factor * x, u))
+    return stateless(lambda u: jax.tree.map(lambda x: factor * x, u))
 
 
 class LearningRateState(NamedTuple):
@@ -147,7 +141,7 @@ def scale_by_learning_rate(learning_rate) -> GradientTransformation:
 
 def clip(max_delta: float) -> GradientTransformation:
     """Clip every element to [-max_delta, max_delta]."""
-    return _stateless(lambda u: jax.tree.map(lambda x: jnp.clip(x, -max_delta, max_delta), u))
+    return stateless(lambda u: jax.tree.map(lambda x: jnp.clip(x, -max_delta, max_delta), u))
 
 
 def clip_by_global_norm(max_norm: float) -> GradientTransformation:
@@ -159,7 +153,7 @@ def clip_by_global_norm(max_norm: float) -> GradientTransformation:
             lambda x: jnp.where(norm < max_norm, x, x / _cast(norm, x) * max_norm), u
         )
 
-    return _stateless(fn)
+    return stateless(fn)
 
 
 class WeightDecayState(NamedTuple):
