@@ -52,26 +52,13 @@ def fashion_mnist(split: str = "train"):
     return read_idx_pair(*paths)
 
 
-def _cifar(kind, split, root, folder, files):
-    dirs = [pathlib.Path(root)] if root else _dirs(folder, None)
-    paths = _find(
-        files,
-        split,
-        dirs,
-        f"CIFAR-{kind}",
-        f"Download https://www.cs.toronto.edu/~kriz/cifar-{kind}-binary.tar.gz, extract it and "
-        f"pass root=<path to {folder}> or set FROST_DATA to the directory holding {folder}/.",
-    )
-    return read_cifar(paths, kind=kind)
-
-
 def cifar10(split: str = "train", root=None):
     """(images (N, 32, 32, 3) uint8, labels (N,) int32) from the CIFAR-10 binary files."""
     files = {"train": [f"data_batch_{i}.bin" for i in range(1, 6)], "test": ["test_batch.bin"]}
-    return _cifar(10, split, root, "cifar-10-batches-bin", files)
-
-
-def cifar100(split: str = "train", root=None):
-    """(images (N, 32, 32, 3) uint8, fine labels (N,) int32) from the CIFAR-100 binary files."""
-    files = {"train": ["train.bin"], "test": ["test.bin"]}
-    return _cifar(100, split, root, "cifar-100-binary", files)
+    folder = "cifar-10-batches-bin"
+    dirs = [pathlib.Path(root)] if root else _dirs(folder, None)
+    how = (
+        "Download https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz, extract it and "
+        f"pass root=<path to {folder}> or set FROST_DATA to the directory holding {folder}/."
+    )
+    return read_cifar(_find(files, split, dirs, "CIFAR-10", how), kind=10)
