@@ -42,16 +42,10 @@ def load_images(name: str, limit: int | None = None, image_size: int = 32) -> Im
         reader, pad, mean, std = DATASETS[name]
         read = getattr(datasets, reader)
         (images, labels), (test_images, test_labels) = read("train"), read("test")
-        return Images(
-            Arrays(images[:limit], labels[:limit]),
-            Arrays(test_images[:limit], test_labels[:limit]),
-            images.shape[1:],
-            int(max(labels.max(), test_labels.max())) + 1,
-            pad,
-            mean,
-            std,
-            (),
-        )
+        train = Arrays(images[:limit], labels[:limit])
+        test = Arrays(test_images[:limit], test_labels[:limit])
+        classes = int(max(labels.max(), test_labels.max())) + 1
+        return Images(train, test, images.shape[1:], classes, pad, mean, std, ())
     root = pathlib.Path(name)
     if not (root / "train").is_dir():
         raise UsageError(
@@ -62,13 +56,6 @@ def load_images(name: str, limit: int | None = None, image_size: int = 32) -> Im
     test = ImageFolder(root / "test") if (root / "test").is_dir() else None
     if limit:
         train.files, train.labels = train.files[:limit], train.labels[:limit]
-    return Images(
-        train,
-        test,
-        (image_size, image_size, 3),
-        len(train.classes),
-        4,
-        (0.5,) * 3,
-        (0.25,) * 3,
-        (Resize(image_size),),
-    )
+    shape = (image_size, image_size, 3)
+    pre = (Resize(image_size),)  # the folder's images resized
+    return Images(train, test, shape, len(train.classes), 4, (0.5,) * 3, (0.25,) * 3, pre)

@@ -33,11 +33,9 @@ class Arrays:
                 "Arrays takes positional arrays (tuple samples) or named arrays (dict samples), "
                 "not both"
             )
-        self.arrays = (
-            tuple(np.asarray(a) for a in arrays)
-            if arrays
-            else {k: np.asarray(a) for k, a in named.items()}
-        )
+        self.arrays = {k: np.asarray(a) for k, a in named.items()}
+        if arrays:
+            self.arrays = tuple(np.asarray(a) for a in arrays)
         lengths = [len(a) for a in (self.arrays.values() if named else self.arrays)]
         if not lengths:
             raise TypeError("Arrays needs at least one array")
