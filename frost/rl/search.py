@@ -28,6 +28,7 @@ from jax import lax
 
 f32 = jnp.float32
 UNVISITED = -1  # children_index of an action not yet expanded; parents of the root
+ROOT = 0  # the root's node index
 
 
 class RootFnOutput(NamedTuple):
@@ -276,21 +277,17 @@ class _Walk(NamedTuple):
     next: jax.Array  # (B,) the child it leads to, UNVISITED if not expanded yet
     depth: jax.Array  # (B,) int32
     going: jax.Array  # (B,) bool
-    path_nodes: jax.Array  # (B, D) the nodes passed, root first
-    path_actions: jax.Array  # (B, D)
 
 
 def _simulate(tree: Tree, keys, select, max_depth: int) -> _Walk:
     """From the root, choose actions until one leads to an unexpanded child or max_depth."""
     batch = keys.shape[0]
     b, zero = jnp.arange(batch), jnp.zeros(batch, jnp.int32)
-    path = jnp.zeros((batch, max_depth), jnp.int32)
-    walk = _Walk(keys, zero - 1, zero - 1, zero, zero, jnp.ones(batch, bool), path, path)
+    walk = _Walk(keys, zero - 1, zero - 1, zero, zero, jnp.ones(batch, bool))
 
     def step(w: _Walk) -> _Walk:
         split = jax.vmap(jax.random.split)(w.keys)  # (B, 2): carried on, used here
         action = select(split[:, 1], tree, w.next, w.depth.astype(f32))
-        slot = jnp.where(w.going, w.depth, max_depth)  # max_depth: dropped
         depth = w.depth + w.going.astype(jnp.int32)
         nxt = jnp.where(w.going, tree.children_index[b, w.next, action], w.next)
         return _Walk(
@@ -300,8 +297,6 @@ def _simulate(tree: Tree, keys, select, max_depth: int) -> _Walk:
             next=nxt,
             depth=depth,
             going=w.going & (nxt != UNVISITED) & (depth < max_depth),
-            path_nodes=w.path_nodes.at[b, slot].set(w.next, mode="drop"),
-            path_actions=w.path_actions.at[b, slot].set(action, mode="drop"),
         )
 
     return lax.while_loop(lambda w: w.going.any(), step, walk)
@@ -325,42 +320,34 @@ def _expand(params, key, tree: Tree, recurrent_fn, walk: _Walk, new_node):
     return tree, leaf
 
 
-def _backward(tree: Tree, walk: _Walk, leaf) -> Tree:
-    """Back the leaf's value up its path: for each edge (s, a) from the leaf to the root,
-    G = r(s, a) + discount(s, a) * G, V(s) = (N(s) V(s) + G) / (N(s) + 1), N(s) += 1, and
-    N(s, a), Q-child(s, a) = the child's new count and value."""
-    batch, depth = walk.node.shape[0], walk.path_nodes.shape[1]
+def _backward(tree: Tree, leaf) -> Tree:
+    """Back the leaf's value up to the root through the parents: for each edge (s, a) from the
+    leaf up, G = r(s, a) + discount(s, a) * G, V(s) = (N(s) V(s) + G) / (N(s) + 1), N(s) += 1,
+    and N(s, a), Q-child(s, a) = the child's new count and value."""
+    batch, nodes = tree.node_visits.shape
     b = jnp.arange(batch)
 
-    def edge(i, carry):
-        value, child_value, values, child_values = carry  # (B,) (B,) (B, D) (B, D)
-        d = walk.depth - 1 - i  # this edge's depth, from the leaf up; < 0: past the root
-        s = walk.path_nodes[b, jnp.maximum(d, 0)]
-        a = walk.path_actions[b, jnp.maximum(d, 0)]
-        g = tree.children_rewards[b, s, a] + tree.children_discounts[b, s, a] * value
-        count = tree.node_visits[b, s].astype(f32)
-        v = (tree.node_values[b, s] * count + g) / (count + 1.0)
-        slot = jnp.where(d >= 0, d, depth)
-        values = values.at[b, slot].set(v, mode="drop")
-        child_values = child_values.at[b, slot].set(child_value, mode="drop")
-        return jnp.where(d >= 0, g, value), jnp.where(d >= 0, v, child_value), values, child_values
+    def edge(carry):
+        tree, value, node = carry  # value, node (B,): G and the node it was backed up to
+        going = node != ROOT
+        parent = jnp.where(going, tree.parents[b, node], ROOT)
+        a = tree.action_from_parent[b, node]
+        g = tree.children_rewards[b, parent, a] + tree.children_discounts[b, parent, a] * value
+        count = tree.node_visits[b, parent].astype(f32)
+        v = (tree.node_values[b, parent] * count + g) / (count + 1.0)
+        s = jnp.where(going, parent, nodes)  # at the root already: dropped
+        tree = tree._replace(
+            node_values=tree.node_values.at[b, s].set(v, mode="drop"),
+            node_visits=tree.node_visits.at[b, s].add(1, mode="drop"),
+            children_values=tree.children_values.at[b, s, a].set(
+                tree.node_values[b, node], mode="drop"
+            ),
+            children_visits=tree.children_visits.at[b, s, a].add(1, mode="drop"),
+        )
+        return tree, jnp.where(going, g, value), parent
 
-    empty = jnp.zeros((batch, depth), tree.node_values.dtype)
-    start = _row(tree.node_values, leaf)
-    _, _, values, child_values = lax.fori_loop(
-        0, walk.depth.max(), edge, (start, start, empty, empty)
-    )
-    on_path = jnp.arange(depth)[None, :] < walk.depth[:, None]  # (B, D)
-    nodes = jnp.where(on_path, walk.path_nodes, tree.node_values.shape[1])  # off the path: dropped
-    bb = b[:, None]
-    return tree._replace(
-        node_values=tree.node_values.at[bb, nodes].set(values, mode="drop"),
-        node_visits=tree.node_visits.at[bb, nodes].add(1, mode="drop"),
-        children_values=tree.children_values.at[bb, nodes, walk.path_actions].set(
-            child_values, mode="drop"
-        ),
-        children_visits=tree.children_visits.at[bb, nodes, walk.path_actions].add(1, mode="drop"),
-    )
+    start = (tree, _row(tree.node_values, leaf), leaf)
+    return lax.while_loop(lambda c: (c[2] != ROOT).any(), edge, start)[0]
 
 
 def _search(params, key, tree: Tree, recurrent_fn, select, max_depth: int | None) -> Tree:
@@ -373,7 +360,7 @@ def _search(params, key, tree: Tree, recurrent_fn, select, max_depth: int | None
         key, walk_key, expand_key = jax.random.split(key, 3)
         walk = _simulate(tree, jax.random.split(walk_key, batch), select, max_depth)
         tree, leaf = _expand(params, expand_key, tree, recurrent_fn, walk, sim + 1)
-        return key, _backward(tree, walk, leaf)
+        return key, _backward(tree, leaf)
 
     return lax.fori_loop(0, nodes - 1, simulation, (key, tree))[1]
 
