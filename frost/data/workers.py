@@ -162,11 +162,10 @@ class Processes:
                     answers.append((w, conn.recv()))
         if answers:
             return answers
-        raise self._died(
-            next(
-                w for w, p in enumerate(self.procs) if p.sentinel in ready or self.conns[w] in ready
-            )
+        dead = (
+            w for w, p in enumerate(self.procs) if p.sentinel in ready or self.conns[w] in ready
         )
+        raise self._died(next(dead))
 
     def _died(self, w):
         proc = self.procs[w]

@@ -103,9 +103,8 @@ def train_step(
             )
         # fp16: the gradient is of loss * scale
         scale = scaled[0].scale.scale if scaled else jnp.float32(1)
-        (loss, (stats_model, metrics)), grads = jax.value_and_grad(objective, has_aux=True)(
-            model, batch, key, scale
-        )
+        gradient = jax.value_and_grad(objective, has_aux=True)
+        (loss, (stats_model, metrics)), grads = gradient(model, batch, key, scale)
         loss = loss / scale
 
         def estimate():
@@ -345,16 +344,13 @@ def fit(
                     if state.step % c.log_every == 0 and bool(metrics["finite"]):
                         state, pending = policy(pending, state), None
                         rate = seen / (time.perf_counter() - t0)
+                        others = {k: v for k, v in metrics.items() if k not in ("loss", "finite")}
                         record = {
                             "step": state.step,
                             "epoch": epoch,
                             "loss": float(metrics["loss"]),
                             f"{c.unit}_per_s": rate,
-                            **{
-                                k: float(v)
-                                for k, v in metrics.items()
-                                if k not in ("loss", "finite")
-                            },
+                            **{k: float(v) for k, v in others.items()},
                         }
                         if state.skipped:
                             record["skipped"] = state.skipped
