@@ -144,17 +144,11 @@ def best_by_lr(runs) -> dict:
     """{learning rate: the lowest final loss of its runs that did not diverge (nan if all did)},
     rates ascending: the best over the other hyper-parameters (the report's lr.png)."""
     lrs = sorted({r["hyperparams"]["learning_rate"] for r in runs})
-    return {
-        lr: min(
-            [
-                r["final_loss"]
-                for r in runs
-                if r["hyperparams"]["learning_rate"] == lr and not r["diverged"]
-            ],
-            default=math.nan,
-        )
-        for lr in lrs
-    }
+    losses = {lr: [] for lr in lrs}
+    for r in runs:
+        if not r["diverged"]:
+            losses[r["hyperparams"]["learning_rate"]].append(r["final_loss"])
+    return {lr: min(finals, default=math.nan) for lr, finals in losses.items()}
 
 
 def lr_range(runs, tolerance: float = TOLERANCE) -> float:

@@ -69,16 +69,14 @@ def summarise(res) -> dict:
     """Per optimizer (and the paper baseline): loss mean and CI, stability, LR range, speedups.
     Seconds per step are the median over all of an optimizer's runs (they share one program)."""
     steps, finals = res["steps"], res["finals"]
-    curve = {
-        b: np.mean(ok)
-        for b, runs in res["curve"].items()
-        if (ok := [r["final_loss"] for r in runs if not r["diverged"]])
-    }
+    curve = {}  # {budget: tuned AdamW's mean final loss}
     ladders = {}  # {seed: {budget: tuned AdamW's final loss}}: each seed's own ladder
     for budget, runs in res["curve"].items():
-        for r in runs:
-            if not r["diverged"]:
-                ladders.setdefault(r["seed"], {})[budget] = r["final_loss"]
+        ok = [r for r in runs if not r["diverged"]]
+        if ok:
+            curve[budget] = np.mean([r["final_loss"] for r in ok])
+        for r in ok:
+            ladders.setdefault(r["seed"], {})[budget] = r["final_loss"]
     reference = [r["final_loss"] for r in finals.get("adamw", []) if not r["diverged"]]
     adamw = [
         *res["tuning"]["adamw"],

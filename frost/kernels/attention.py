@@ -306,10 +306,11 @@ def _specs(q_len, k_len, d_pad, keep, *, over_q: bool):
 
 
 def _call(
-    kernel, name, grid_len, blocks: BlockSizes, d, interpret, in_specs, out_specs, out_shape, args
+    kernel, name, grid_len, blocks: BlockSizes, interpret, in_specs, out_specs, out_shape, args
 ):
-    """`kernel` over `grid_len` programs on the arrays `args`."""
-    num_warps = blocks.num_warps or (4 if d <= 64 else 8)
+    """`kernel` over `grid_len` programs on the arrays `args` (q first: its head dim sets the
+    default warps)."""
+    num_warps = blocks.num_warps or (4 if args[0].shape[-1] <= 64 else 8)
     return pl.pallas_call(
         kernel,
         grid=grid_len,
@@ -339,7 +340,6 @@ def _flash_fwd(q, k, v, keep, causal, scale, kv_len, blocks: BlockSizes, interpr
         "frost_flash_forward",
         (t // bq, b, h),
         blocks,
-        d,
         interpret,
         [qs, kvs, kvs, keeps],
         [qs, rows],
@@ -365,7 +365,6 @@ def _flash_bwd(causal, scale, kv_len, blocks: BlockSizes, interpret, residuals, 
         "frost_flash_dkdv",
         (s // bk, b, h),
         blocks,
-        d,
         interpret,
         [qs, kvs, kvs, keeps, qs, rows, rows],
         [kvs, kvs],
@@ -380,7 +379,6 @@ def _flash_bwd(causal, scale, kv_len, blocks: BlockSizes, interpret, residuals, 
         "frost_flash_dq",
         (t // bq, b, h),
         blocks,
-        d,
         interpret,
         [qs, kvs, kvs, keeps, qs, rows, rows],
         qs,
