@@ -305,22 +305,22 @@ def _specs(q_len, k_len, d_pad, keep, *, over_q: bool):
     )
 
 
-def _call(
-    kernel, name, grid_len, blocks: BlockSizes, interpret, in_specs, out_specs, out_shape, args
-):
-    """`kernel` over `grid_len` programs on the arrays `args` (q first: its head dim sets the
-    default warps)."""
-    num_warps = blocks.num_warps or (4 if args[0].shape[-1] <= 64 else 8)
+def _call(kernel, name, grid, blocks: BlockSizes, interpret, specs):
+    """`kernel` over the `grid` programs, a function of the input arrays; specs: (in_specs,
+    out_specs, out_shape). The first output's head dim (that of q, or k) sets the default warps."""
+    in_specs, out_specs, out_shape = specs
+    d = jax.tree.leaves(out_shape)[0].shape[-1]
+    num_warps = blocks.num_warps or (4 if d <= 64 else 8)
     return pl.pallas_call(
         kernel,
-        grid=grid_len,
+        grid=grid,
         in_specs=in_specs,
         out_specs=out_specs,
         out_shape=out_shape,
         compiler_params=plgpu.CompilerParams(num_warps=num_warps, num_stages=blocks.num_stages),
         interpret=interpret,
         name=name,
-    )(*args)
+    )
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6, 7, 8))
@@ -335,17 +335,10 @@ def _flash_fwd(q, k, v, keep, causal, scale, kv_len, blocks: BlockSizes, interpr
     d_pad, bq = max(16, pl.next_power_of_2(d)), blocks.block_q
     opts = dict(causal=causal, scale=scale, kv_len=kv_len, kv_pad=s, head_dim=d)
     qs, rows, kvs, keeps = _specs(bq, s, d_pad, keep, over_q=True)
-    o, lse = _call(
-        functools.partial(_forward_kernel, block_k=blocks.block_k, **opts),
-        "frost_flash_forward",
-        (t // bq, b, h),
-        blocks,
-        interpret,
-        [qs, kvs, kvs, keeps],
-        [qs, rows],
-        [jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct((b, h, t), jnp.float32)],
-        (q, k, v, keep),
-    )
+    kernel = functools.partial(_forward_kernel, block_k=blocks.block_k, **opts)
+    out = [jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct((b, h, t), jnp.float32)]
+    grid, specs = (t // bq, b, h), ([qs, kvs, kvs, keeps], [qs, rows], out)
+    o, lse = _call(kernel, "frost_flash_forward", grid, blocks, interpret, specs)(q, k, v, keep)
     return o, (q, k, v, keep, o, lse)
 
 
@@ -360,31 +353,18 @@ def _flash_bwd(causal, scale, kv_len, blocks: BlockSizes, interpret, residuals, 
 
     bk = blocks.block_k_dkv  # dk, dv: one program per key block, all queries in its loop
     qs, rows, kvs, keeps = _specs(t, bk, d_pad, keep, over_q=False)
-    dk, dv = _call(
-        functools.partial(_dkdv_kernel, block_q=blocks.block_q_dkv, **opts),
-        "frost_flash_dkdv",
-        (s // bk, b, h),
-        blocks,
-        interpret,
-        [qs, kvs, kvs, keeps, qs, rows, rows],
-        [kvs, kvs],
-        [jax.ShapeDtypeStruct(k.shape, k.dtype)] * 2,
-        (q, k, v, keep, do, lse, delta),
-    )
+    kernel = functools.partial(_dkdv_kernel, block_q=blocks.block_q_dkv, **opts)
+    out = [jax.ShapeDtypeStruct(k.shape, k.dtype)] * 2
+    specs = ([qs, kvs, kvs, keeps, qs, rows, rows], [kvs, kvs], out)
+    call = _call(kernel, "frost_flash_dkdv", (s // bk, b, h), blocks, interpret, specs)
+    dk, dv = call(q, k, v, keep, do, lse, delta)
 
     bq = blocks.block_q_dq  # dq: one program per query block, all keys in its loop
     qs, rows, kvs, keeps = _specs(bq, s, d_pad, keep, over_q=True)
-    dq = _call(
-        functools.partial(_dq_kernel, block_k=blocks.block_k_dq, **opts),
-        "frost_flash_dq",
-        (t // bq, b, h),
-        blocks,
-        interpret,
-        [qs, kvs, kvs, keeps, qs, rows, rows],
-        qs,
-        jax.ShapeDtypeStruct(q.shape, q.dtype),
-        (q, k, v, keep, do, lse, delta),
-    )
+    kernel = functools.partial(_dq_kernel, block_k=blocks.block_k_dq, **opts)
+    specs = ([qs, kvs, kvs, keeps, qs, rows, rows], qs, jax.ShapeDtypeStruct(q.shape, q.dtype))
+    call = _call(kernel, "frost_flash_dq", (t // bq, b, h), blocks, interpret, specs)
+    dq = call(q, k, v, keep, do, lse, delta)
     return dq, dk, dv, None
 
 

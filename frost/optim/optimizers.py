@@ -13,6 +13,8 @@ parameters' dtype, but at least float32, where optax keeps the parameters' dtype
 Each works under optax.inject_hyperparams.
 """
 
+import functools
+
 import jax
 
 from frost.optim.base import GradientTransformation, chain, identity, partition
@@ -182,22 +184,11 @@ def muon(
     labels = labels or (
         lambda params: jax.tree.map(lambda p: "muon" if p.ndim == 2 else "adam", params)
     )
-    return partition(
-        {
-            "muon": chain(
-                scale_by_muon(momentum, nesterov, ns_steps, mu_dtype, bias_correction),
-                add_decayed_weights(weight_decay, mask),
-                scale_by_learning_rate(learning_rate),
-            ),
-            "adam": adamw(
-                learning_rate if adam_learning_rate is None else adam_learning_rate,
-                adam_b1,
-                adam_b2,
-                adam_eps,
-                mu_dtype=mu_dtype,
-                weight_decay=adam_weight_decay,
-                mask=mask,
-            ),
-        },
-        labels,
+    muon = chain(
+        scale_by_muon(momentum, nesterov, ns_steps, mu_dtype, bias_correction),
+        add_decayed_weights(weight_decay, mask),
+        scale_by_learning_rate(learning_rate),
     )
+    adam_lr = learning_rate if adam_learning_rate is None else adam_learning_rate
+    adam = functools.partial(adamw, mu_dtype=mu_dtype, weight_decay=adam_weight_decay, mask=mask)
+    return partition({"muon": muon, "adam": adam(adam_lr, adam_b1, adam_b2, adam_eps)}, labels)

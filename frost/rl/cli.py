@@ -1,11 +1,11 @@
-"""`frost rl ppo|dqn` and `frost rl eval`: the options, checked before JAX loads (so a mistake is
-answered at once); the job is frost.rl.run.
+"""`frost rl ppo|dqn|muzero` and `frost rl eval`: the options, checked before JAX loads (so a
+mistake is answered at once); the job is frost.rl.run.
 
-    frost rl ppo --env cartpole --seeds 5               # Anakin: 5 seeds in one compiled program
+    frost rl ppo --env cartpole --seeds 5           # Anakin: 5 seeds in one compiled program
     frost rl dqn --env breakout --steps 500000
-    frost rl ppo --env gym:CartPole-v1 --actors 2       # Sebulba: gymnasium envs in 2 actor
-    processes frost rl eval runs/rl-ppo-cartpole                  # the checkpoint's policy, 100
-    episodes a seed
+    frost rl muzero --env catch                     # Gumbel MuZero's search in the program
+    frost rl ppo --env gym:CartPole-v1 --actors 2   # Sebulba: gymnasium envs in 2 actor processes
+    frost rl eval runs/rl-ppo-cartpole              # the checkpoint's policy, 100 episodes a seed
 """
 
 import dataclasses
@@ -24,7 +24,7 @@ def _env(name):
 
 @dataclasses.dataclass(frozen=True)
 class RunConfig(Checked):
-    algo: str = option("ppo", "algorithm", choices=("ppo", "dqn"), cli=False)
+    algo: str = option("ppo", "algorithm", choices=("ppo", "dqn", "muzero"), cli=False)
     env: str = option(
         "cartpole", "jnp env (cartpole, catch, breakout) or gym:ID, a gymnasium env", _env
     )
@@ -62,7 +62,7 @@ class RunConfig(Checked):
             )
         if mode == "sebulba" and self.algo != "ppo":
             raise UsageError(
-                "--mode sebulba: only ppo trains in sebulba mode; dqn runs in anakin mode"
+                f"--mode sebulba: only ppo trains in sebulba mode; {self.algo} runs in anakin mode"
             )
         if self.actors is not None and mode != "sebulba":
             raise UsageError(
@@ -112,11 +112,11 @@ def _eval(args):
 
 def add_commands(subparsers) -> None:
     parser = subparsers.add_parser(
-        "rl", help="reinforcement learning: PPO and DQN, Anakin and Sebulba"
+        "rl", help="reinforcement learning: PPO, DQN and MuZero, Anakin and Sebulba"
     )
     parser.set_defaults(run=lambda args: parser.print_help())
     sub = parser.add_subparsers(metavar="ACTION")
-    for algo in ("ppo", "dqn"):
+    for algo in ("ppo", "dqn", "muzero"):
         p = sub.add_parser(
             algo,
             help=f"train {algo.upper()}; writes metrics.jsonl, results.json, returns.png, "

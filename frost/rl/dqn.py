@@ -32,7 +32,7 @@ class Config(AgentConfig):
     double: bool = True
 
 
-def q_network(obs_shape, num_actions: int, hidden: int, *, key) -> nn.Sequential:
+def network(obs_shape, num_actions: int, hidden: int, *, key) -> nn.Sequential:
     return mlp(obs_shape, num_actions, hidden, nn.ReLU(), 1.0, key=key)
 
 
@@ -103,31 +103,18 @@ def anakin(env, cfg: Config) -> tuple[Callable, Callable]:
 
     def init(key):
         k_model, k_env, key = jax.random.split(key, 3)
-        model = q_network(env.observation_shape, env.num_actions, cfg.hidden, key=k_model)
+        model = network(env.observation_shape, env.num_actions, cfg.hidden, key=k_model)
         obs, state = jax.vmap(env.reset)(jax.random.split(k_env, B))
         row = Transition(obs[0], jnp.int32(0), jnp.float32(0), jnp.bool_(False), obs[0])
         buffer = jax.tree.map(lambda x: jnp.zeros((cap, *x.shape), x.dtype), row)
-        return Runner(
-            model,
-            model,
-            opt.init(model),
-            buffer,
-            obs,
-            state,
-            jnp.zeros(B),
-            jnp.zeros(()),
-            key,
-            jnp.zeros((), jnp.int32),
-        )
+        running, last, t = jnp.zeros(B), jnp.zeros(()), jnp.zeros((), jnp.int32)
+        return Runner(model, model, opt.init(model), buffer, obs, state, running, last, key, t)
 
     def iteration(r: Runner, _):
         key, k_explore, k_random, k_env, k_batch = jax.random.split(r.key, 5)
         explore = jax.random.uniform(k_explore, (B,)) < epsilon(r.t * B, cfg)
-        action = jnp.where(
-            explore,
-            jax.random.randint(k_random, (B,), 0, env.num_actions, jnp.int32),
-            greedy(r.model)(r.obs),
-        )
+        random = jax.random.randint(k_random, (B,), 0, env.num_actions, jnp.int32)
+        action = jnp.where(explore, random, greedy(r.model)(r.obs))
         obs, state, reward, done, _ = jax.vmap(env.step)(
             jax.random.split(k_env, B), r.env_state, action
         )

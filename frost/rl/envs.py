@@ -158,16 +158,8 @@ class Breakout(Env):
         # start at (0, 3) going down-right or (9, 3) down-left
         right = jax.random.randint(key, (), 0, 2, i32)
         x, y = 9 * right, i32(3)
-        return BreakoutState(
-            x,
-            y,
-            2 + right,
-            x,
-            y,
-            i32(4),
-            jnp.zeros((10, 10), bool).at[1:4].set(True),
-            jnp.zeros((), bool),
-        )
+        bricks = jnp.zeros((10, 10), bool).at[1:4].set(True)
+        return BreakoutState(x, y, 2 + right, x, y, i32(4), bricks, jnp.zeros((), bool))
 
     def transition(self, s, action):
         flip_x, flip_y, edge = (

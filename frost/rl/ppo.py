@@ -56,6 +56,9 @@ class ActorCritic(nn.Module):
         return self.actor(obs), self.critic(obs)[:, 0]
 
 
+network = ActorCritic  # (obs_shape, num_actions, hidden, key=), as every agent's
+
+
 def optimizer(cfg: Config) -> optim.GradientTransformation:
     """Adam (eps 1e-5) after clipping the gradient norm; the learning rate falls linearly to 0,
     one step per update (all of an update's minibatches use the same rate), as CleanRL."""
@@ -247,16 +250,6 @@ def sebulba(
             if u + pool.depth < cfg.updates:
                 pool.submit(model.actor, u + 1)
             lag = u - versions
-            on_update(
-                u,
-                dict(
-                    metrics,
-                    **{
-                        "return": last,
-                        "episodes": episodes,
-                        "lag_mean": float(lag.mean()),
-                        "lag_max": int(lag.max()),
-                    },
-                ),
-            )
+            metrics.update(episodes=episodes, lag_mean=float(lag.mean()), lag_max=int(lag.max()))
+            on_update(u, dict(metrics, **{"return": last}))
     return model

@@ -21,12 +21,13 @@ from tqdm import tqdm
 
 from frost import atomic, checkpoint
 from frost.config import UsageError
-from frost.rl import actors, anakin, dqn, ppo
+from frost.rl import actors, anakin, dqn, muzero, ppo
 from frost.rl.spec import EnvSpec
 from frost.train import metrics, plot
 from frost.train.job import claimed
 
-ALGOS = {"ppo": ppo, "dqn": dqn}  # each with its Config, anakin(env, cfg) and greedy(model)
+# each with its Config, network(obs_shape, actions, hidden, key), anakin(env, cfg), greedy(model)
+ALGOS = {"ppo": ppo, "dqn": dqn, "muzero": muzero}
 
 
 def presets(algo: str, env: EnvSpec, steps: int | None = None):
@@ -48,6 +49,9 @@ def presets(algo: str, env: EnvSpec, steps: int | None = None):
             target_every=1_000,
             hidden=128,
         ),
+        ("muzero", "catch"): muzero.Config(total_steps=64_000),
+        ("muzero", "cartpole"): muzero.Config(total_steps=100_000),
+        ("muzero", "breakout"): muzero.Config(total_steps=500_000, hidden=128),
     }
     hp = table[(algo, env.preset)]
     return dataclasses.replace(hp, total_steps=steps) if steps else hp
@@ -115,20 +119,15 @@ def _run(cfg, out, env, hp, seeds) -> int:
         runner = anakin.run(init, iteration, seeds, hp.updates, on_chunk)
         models, seconds = runner.model, [time.perf_counter() - rec.t0] * len(seeds)
     else:
-        trained, seconds = [], []
+        trained, seconds, n_actors = [], [], cfg.actors or 2
+
+        def report(seed, u, m):  # one seed's update u
+            rec.report([seed], (u + 1) * per_update, {k: [v] for k, v in m.items()})
+
         for seed in seeds:
-            s0 = time.perf_counter()
+            s0, on_update = time.perf_counter(), functools.partial(report, seed)
             trained.append(
-                ppo.sebulba(
-                    env.make(),
-                    hp,
-                    seed,
-                    cfg.actors or 2,
-                    cfg.deterministic,
-                    on_update=lambda u, m, seed=seed: rec.report(
-                        [seed], (u + 1) * per_update, {k: [v] for k, v in m.items()}
-                    ),
-                )
+                ppo.sebulba(env.make(), hp, seed, n_actors, cfg.deterministic, on_update=on_update)
             )
             seconds.append(time.perf_counter() - s0)
         models = jax.tree.map(lambda *x: jnp.stack(x), *trained)
@@ -157,8 +156,7 @@ def _network(algo: str, env: EnvSpec, hidden: int):
     """The network builder (key) -> model of `algo` on `env` (a template for loading a
     checkpoint)."""
     shape, actions = env.signature()
-    build = ppo.ActorCritic if algo == "ppo" else dqn.q_network
-    return lambda key: build(shape, actions, hidden, key=key)
+    return lambda key: ALGOS[algo].network(shape, actions, hidden, key=key)
 
 
 def evaluate(algo: str, env: EnvSpec, models, seeds):
