@@ -9,11 +9,12 @@ steps B vmapped environments T times, each step a `frost.rl.search.gumbel_muzero
 B roots, and appends the steps to a ring of the last L steps of every environment on the device;
 then it takes gradient steps on batches of positions sampled from the ring, unrolled K steps:
 
-    loss = sum_k CE(pi_k, p_k) + 0.25 (z_k - v_k)^2 + (u_k - r_k)^2 + c (1 - cos(P(s_k), P(h(o_k))))
+    loss = sum_k CE(pi_k, p_k) + 0.25 (z_k - v_k)^2 + (u_k - r_k)^2 + c (1 - cos(Q(P(s_k)), P(h(o_k))))
 
 pi_k the search's improved policy, z_k the n-step return r_k + ... + gamma^n v(o_{k+n}), cut at
 the episode's end, u_k the reward. Built from EfficientZero: the self-supervised consistency loss
-(the last term; P a projection, h(o_k) under stop-gradient) and value reanalyse (v(o_{k+n})
+(the last term, SimSiam's: P a projection, Q a prediction head on the unrolled side only,
+P(h(o_k)) under stop-gradient) and value reanalyse (v(o_{k+n})
 recomputed by the current network at learning time, not stored at acting time). Not built: the
 value prefix (an LSTM over rewards; Catch and Breakout's rewards are sparse enough without it)
 and policy reanalyse (a second search at learning time). Rewards and values are scalars.
@@ -55,14 +56,16 @@ class MuZeroNet(nn.Module):
     dynamics: nn.Sequential  # [s, one_hot(a)] (N, H + A) -> [s', r] (N, H + 1)
     predict: nn.Sequential  # s (N, H) -> [logits, v] (N, A + 1)
     project: nn.Sequential  # s (N, H) -> (N, H), for the consistency loss
+    head: nn.Sequential  # (N, H) -> (N, H): its online side's prediction head (SimSiam)
     num_actions: int = nn.static()
 
     def __init__(self, obs_shape, num_actions: int, hidden: int, *, key):
-        k = jax.random.split(key, 4)
+        k = jax.random.split(key, 5)
         self.represent = mlp(obs_shape, hidden, hidden, nn.ReLU(), 1.0, key=k[0])
         self.dynamics = mlp((hidden + num_actions,), hidden + 1, hidden, nn.ReLU(), 1.0, key=k[1])
         self.predict = mlp((hidden,), num_actions + 1, hidden, nn.ReLU(), 0.01, key=k[2])
         self.project = mlp((hidden,), hidden, hidden, nn.ReLU(), 1.0, key=k[3])
+        self.head = mlp((hidden,), hidden, hidden, nn.ReLU(), 1.0, key=k[4])
         self.num_actions = num_actions
 
     def initial(self, obs) -> jax.Array:
@@ -153,7 +156,7 @@ def loss(model: MuZeroNet, w: Trajectory, cfg: Config) -> tuple[jax.Array, dict]
         if k < K:
             s, r = model.step(s, w.action[:, k])
             terms["reward"] += ((r - w.reward[:, k] * valid[:, k]) ** 2).mean()
-            p, t = model.project(s), jax.lax.stop_gradient(targets[:, k + 1])
+            p, t = model.head(model.project(s)), jax.lax.stop_gradient(targets[:, k + 1])
             cos = (p * t).sum(-1) / (jnp.linalg.norm(p, axis=-1) * jnp.linalg.norm(t, axis=-1))
             terms["consistency"] += ((1.0 - cos) * valid[:, k + 1]).mean()
     terms = {k: v / (K + 1) for k, v in terms.items()}
