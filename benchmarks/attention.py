@@ -1,9 +1,9 @@
 """Attention throughput: Frost's Pallas flash attention beside jax.nn.dot_product_attention.
 
-    python benchmarks/attention.py            # GPU: T = 1k, 4k, 16k; D = 64, 128; causal or not;
-    bf16 python benchmarks/attention.py --seq 1024,2048,4096,8192,16384          # every length
-    python benchmarks/attention.py --quick    # smoke run: T = 1k, D = 64 on a GPU (tiny shapes on a
-    CPU) python benchmarks/attention.py --seq 4096 --head-dims 128 --tune    # time other BlockSizes
+    python benchmarks/attention.py            # GPU: T = 1k, 4k, 16k; D = 64, 128; causal or not
+    python benchmarks/attention.py --seq 1024,2048,4096,8192,16384          # every length
+    python benchmarks/attention.py --quick    # smoke: T = 1k, D = 64 on a GPU (tiny on a CPU)
+    python benchmarks/attention.py --seq 4096 --head-dims 128 --tune    # time other BlockSizes
 
 On a GPU, three implementations of the same multi-head attention, in bf16:
 

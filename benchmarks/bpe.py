@@ -1,9 +1,9 @@
 """Frost's byte-level BPE against HF tokenizers, SentencePiece and tiktoken, on the King James
 Bible.
 
-    flock /tmp/frost-bench.lock python benchmarks/bpe.py            # KJV and KJV x12 (~50 MB),
-    vocab 4096 and 16384, 5 repeats flock /tmp/frost-bench.lock python benchmarks/bpe.py --quick
-    # KJV, vocab 4096 (smoke check)
+    flock /tmp/frost-bench.lock python benchmarks/bpe.py          # KJV and KJV x12 (~50 MB),
+                                                                  # vocab 4096 and 16384, 5 repeats
+    flock /tmp/frost-bench.lock python benchmarks/bpe.py --quick  # KJV, vocab 4096 (smoke check)
 
 Training: Frost `train(text, V)` (counting spread over all cores); HF `BpeTrainer` on the lines with
 the same regex and byte-level alphabet (its default thread count, i.e. all cores); SentencePiece BPE

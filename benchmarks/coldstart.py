@@ -1,9 +1,8 @@
 """Each `frost` command as a new user meets it, as a whole process: cold (the first run after
 install) and warm, beside the peers' commands on the same text.
 
-    flock /tmp/frost-bench.lock python benchmarks/coldstart.py            # all commands, 3 repeats
-    (train: 1) flock /tmp/frost-bench.lock python benchmarks/coldstart.py --quick    # --help and
-    the tokenizer commands, 2 repeats
+    flock /tmp/frost-bench.lock python benchmarks/coldstart.py            # all, 3 repeats (train 1)
+    flock /tmp/frost-bench.lock python benchmarks/coldstart.py --quick    # --help and tokenizers
 
 cold: a fresh copy of the frost package (no __pycache__: no bytecode, no numba cache beside
 merge.py) run with fresh NUMBA_CACHE_DIR and FROST_CACHE (frost train's JAX compilation cache,

@@ -1,7 +1,7 @@
 """Image loading throughput: decode JPEG + augment + batch with Frost, torch and Grain.
 
-    flock /tmp/frost-bench.lock python benchmarks/loader.py          # about three minutes on 2
-    cores python benchmarks/loader.py --images 2048 --repeats 1             # a quick look
+    flock /tmp/frost-bench.lock python benchmarks/loader.py          # about 3 minutes, 2 cores
+    python benchmarks/loader.py --images 2048 --repeats 1             # a quick look
 
 The work: `--images` Fashion-MNIST training images, upscaled to 64x64 RGB and saved as JPEG
 (quality 90) into a temporary image folder, one sub-folder per class. Every loader runs the same

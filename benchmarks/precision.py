@@ -2,8 +2,8 @@
 of an FSDP state per process, sharded (frost.checkpoint) against gather-everything.
 
     python benchmarks/precision.py                   # both parts, CPU
-    python benchmarks/precision.py --quick           # smoke test: small models, 1 warm-up, 2 steps,
-    1-2 processes python benchmarks/precision.py --part step --steps 10
+    python benchmarks/precision.py --quick           # smoke: small models, 2 steps, 1-2 processes
+    python benchmarks/precision.py --part step --steps 10
     python benchmarks/precision.py --part checkpoint --processes 1,2,4,8 --ckpt-size 2048,384,8
 
 Part "step": one training step of the `frost train gpt` model (vocab 2048, dim 192, depth 4,

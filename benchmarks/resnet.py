@@ -1,8 +1,8 @@
 """ResNet training-step throughput: Frost beside PyTorch, torch.compile, Equinox and plain JAX.
 
     python benchmarks/resnet.py                       # CPU, fp32, batch 128: the issue-6 table
-    python benchmarks/resnet.py --quick               # smoke test: ResNet-20 only, 1 warm-up, 2
-    steps python benchmarks/resnet.py --device gpu --batch-size 256 --dtype fp32,bf16
+    python benchmarks/resnet.py --quick               # smoke test: ResNet-20, 1 warm-up, 2 steps
+    python benchmarks/resnet.py --device gpu --batch-size 256 --dtype fp32,bf16
     python benchmarks/resnet.py --workload e2e --device gpu --batch-size 32 --e2e-steps 300
 
 Workload "step" (default): one training step of the CIFAR ResNet-18 (`cifar_resnet18`, 64-512

@@ -1,9 +1,8 @@
 """frost.rl beside gymnax, gymnasium and a CleanRL-style PyTorch PPO, in one run.
 
-    python benchmarks/rl.py                  # the three tables below, 5 seeds (about 25 min on 2
-    cores) python benchmarks/rl.py --quick          # small counts, 1 seed, torch capped at 60k
-    steps: checks it runs python benchmarks/rl.py --part envs      # one part: envs, solve or
-    sebulba
+    python benchmarks/rl.py                  # the three tables below, 5 seeds (~25 min, 2 cores)
+    python benchmarks/rl.py --quick          # small counts, 1 seed, torch capped at 60k steps
+    python benchmarks/rl.py --part envs      # one part: envs, solve or sebulba
 
 1. envs: CartPole-v1 env steps/s under a random policy with 1, 64 and 4096 envs: Frost's jnp
    CartPole and gymnax's, each a jitted lax.scan of the vmapped step, with each step's env keys

@@ -1,9 +1,8 @@
 """Scaling: the small GPT's training-step time on 1, 2, 4 and 8 devices, per sharding strategy.
 
-    python benchmarks/scaling.py                      # CPU: 1/2/4/8 forced host devices, one
-    subprocess each python benchmarks/scaling.py --device gpu         # the GPUs this machine has
-    (1, 2, 4, ... of them) python benchmarks/scaling.py --devices 1,8 --strategies dp,fsdp
-    --batch-size 64
+    python benchmarks/scaling.py                      # CPU: 1/2/4/8 forced host devices
+    python benchmarks/scaling.py --device gpu         # the GPUs this machine has (1, 2, 4, ...)
+    python benchmarks/scaling.py --devices 1,8 --strategies dp,fsdp --batch-size 64
 
 The workload is the `frost train gpt` model (GPT, dim 192, depth 4, 4 heads, rotary positions,
 vocabulary 2048, 128-token windows), AdamW, on a fixed global batch of random tokens (strong
