@@ -142,6 +142,11 @@ def test_errors_in_the_users_code_are_one_line_naming_file_and_line(tmp_path, ca
     assert cli([*argv, "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "my update is broken" in err[0] and not out.exists(), err
+    # both workloads (the default): the run folder is claimed with both data sets' fingerprints
+    assert cli(["audit", "--optimizer", "user_opts:raises", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    errors = [line for line in err if line.startswith("frost: error")]  # past the progress bars
+    assert errors == err[-1:] and "my update is broken" in err[-1] and not out.exists(), err
 
 
 def _text(path, seed):

@@ -185,7 +185,7 @@ def audit(cfg, progress: bool = True) -> pathlib.Path:
         # the audit's identity: its options, with the data's content in place of its path
         prints = ",".join(f"{k}:{d.fingerprint}" for k, d in data.items())
         resume = (a.out / "config.json").exists()
-        claim(a.out, dataclasses.replace(cfg, data=prints), resume, again="--out")
+        claim(a.out, cfg, resume, again="--out", data=prints)
         variants = [
             (wl, data[wl.kind])
             for wl in workloads.WORKLOADS.values()

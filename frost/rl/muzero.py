@@ -9,7 +9,8 @@ steps B vmapped environments T times, each step a `frost.rl.search.gumbel_muzero
 B roots, and appends the steps to a ring of the last L steps of every environment on the device;
 then it takes gradient steps on batches of positions sampled from the ring, unrolled K steps:
 
-    loss = sum_k CE(pi_k, p_k) + 0.25 (z_k - v_k)^2 + (u_k - r_k)^2 + c (1 - cos(Q(P(s_k)), P(h(o_k))))
+    loss = sum_k CE(pi_k, p_k) + 0.25 (z_k - v_k)^2 + (u_k - r_k)^2
+                 + c (1 - cos(Q(P(s_k)), P(h(o_k))))
 
 pi_k the search's improved policy, z_k the n-step return r_k + ... + gamma^n v(o_{k+n}), cut at
 the episode's end, u_k the reward. Built from EfficientZero: the self-supervised consistency loss

@@ -58,20 +58,21 @@ class Job:
         return {}
 
 
-def claim(run_dir, cfg, resume: bool | None = None, again: str = "--resume") -> pathlib.Path:
+def claim(run_dir, cfg, resume: bool | None = None, again: str = "--resume", **recorded):
     """The run directory of `cfg` (a config dataclass), checked before any work: empty (or
     absent) for a new run; for --resume, a run of the same configuration; `resume=None` for a
     command without --resume. Writes config.json. `again`: the flag that continues a run, as
     the messages name it (`frost audit` continues the audit in --out by running it again).
+    `recorded`: values config.json holds in place of cfg's (not options, so not checked again).
     Process 0 claims it and the others take its answer (frost.parallel.on_first): processes
     sharing --out never race, and a refusal is the same one line in every process."""
-    made = parallel.on_first(lambda: str(_claim(pathlib.Path(run_dir), cfg, resume, again)))
+    mine = json.loads(json.dumps({**dataclasses.asdict(cfg), **recorded}))  # tuples are lists
+    made = parallel.on_first(lambda: str(_claim(pathlib.Path(run_dir), mine, resume, again)))
     return pathlib.Path(made)
 
 
-def _claim(run_dir: pathlib.Path, cfg, resume: bool | None, again: str) -> pathlib.Path:
+def _claim(run_dir: pathlib.Path, mine: dict, resume: bool | None, again: str) -> pathlib.Path:
     saved = run_dir / "config.json"
-    mine = json.loads(json.dumps(dataclasses.asdict(cfg)))  # as read back: tuples are lists
     if resume:
         if not saved.exists():
             raise UsageError(
