@@ -387,3 +387,11 @@ def test_a_a_control_finds_no_difference(tmp_path, monkeypatch):
     (claim,) = saved["claims"]
     assert claim["low"] <= 1 <= claim["high"] and claim["verdict"] != "supported"
     assert "| adamw-again 1.5x | image-s | 1.5x |" in (out / "report.md").read_text()
+
+
+def test_the_report_names_the_command_that_makes_it():
+    """Repeatable options come back as repeated flags, defaults are left out."""
+    cfg = AuditConfig(workload="image", quick=True, claim=("lion=1.5", "muon=2"))
+    assert (
+        run.command(cfg) == "frost audit --workload image --claim lion=1.5 --claim muon=2 --quick"
+    )

@@ -53,8 +53,8 @@ def command(cfg) -> str:
     for f in dataclasses.fields(cfg):
         value, option = getattr(cfg, f.name), flag(f.name)
         if value != f.default:
-            if f.name == "optimizer":
-                parts += [f"--optimizer {v}" for v in value]
+            if isinstance(value, tuple):  # a repeatable option: --claim A --claim B
+                parts += [f"{option} {v}" for v in value]
             else:
                 parts.append(option if value is True else f"{option} {value}")
     return " ".join(parts)
