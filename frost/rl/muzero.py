@@ -144,8 +144,9 @@ def loss(model: MuZeroNet, w: Trajectory, cfg: Config) -> tuple[jax.Array, dict]
     boot_obs = w.obs[:, n : n + K + 1].reshape(-1, *w.obs.shape[2:])
     boot = model.heads(model.initial(boot_obs))[1].reshape(-1, K + 1)  # reanalysed v(o_{k+n})
     z, valid = jax.lax.stop_gradient(value_targets(w.reward, w.done, boot, K, n))
-    targets = jax.lax.stop_gradient(model.initial(w.obs[:, : K + 1].reshape(-1, *w.obs.shape[2:])))
-    targets = model.project(targets).reshape(-1, K + 1, targets.shape[-1])  # (N, K + 1, H)
+    later = w.obs[:, 1 : K + 1].reshape(-1, *w.obs.shape[2:])  # o_1 .. o_K
+    targets = jax.lax.stop_gradient(model.project(model.initial(later)))  # P(h(o_k)) (N K, H)
+    targets = targets.reshape(-1, K, targets.shape[-1])  # (N, K, H)
 
     s = model.initial(w.obs[:, 0])  # (N, H)
     terms = {"policy": 0.0, "value": 0.0, "reward": 0.0, "consistency": 0.0}
@@ -157,7 +158,7 @@ def loss(model: MuZeroNet, w: Trajectory, cfg: Config) -> tuple[jax.Array, dict]
         if k < K:
             s, r = model.step(s, w.action[:, k])
             terms["reward"] += ((r - w.reward[:, k] * valid[:, k]) ** 2).mean()
-            p, t = model.head(model.project(s)), jax.lax.stop_gradient(targets[:, k + 1])
+            p, t = model.head(model.project(s)), targets[:, k]  # s is s_(k+1) now
             cos = (p * t).sum(-1) / (jnp.linalg.norm(p, axis=-1) * jnp.linalg.norm(t, axis=-1))
             terms["consistency"] += ((1.0 - cos) * valid[:, k + 1]).mean()
     terms = {k: v / (K + 1) for k, v in terms.items()}

@@ -58,7 +58,9 @@ class Job:
         return {}
 
 
-def claim(run_dir, cfg, resume: bool | None = None, again: str = "--resume", **recorded):
+def claim(
+    run_dir, cfg, resume: bool | None = None, again: str = "--resume", **recorded
+) -> pathlib.Path:
     """The run directory of `cfg` (a config dataclass), checked before any work: empty (or
     absent) for a new run; for --resume, a run of the same configuration; `resume=None` for a
     command without --resume. Writes config.json. `again`: the flag that continues a run, as
