@@ -17,17 +17,6 @@ import numpy as np
 from frost import atomic
 from frost.audit import protocol
 
-KEYS = (
-    "workload",
-    "optimizer",
-    "hyperparams",
-    "seed",
-    "final_loss",
-    "diverged",
-    "diverged_step",
-    "steps",
-    "seconds",
-)
 CLAIMS = {
     "sophia": "2x fewer steps than Adam (Liu et al. 2023)",
     "muon": "about 2x the compute efficiency of AdamW (Liu et al. 2025, Moonlight)",
@@ -35,17 +24,13 @@ CLAIMS = {
 BASE = "paper baseline"
 
 
-def _speed(x) -> str:
-    value, bound = x
-    if bound == "?" or not math.isfinite(value):
+def _over(a, b) -> str:
+    """Speedup interval a's centre over b's (`1.52x`); a bound (`>1.52x`) when a side of either
+    is open the way that bounds the ratio, n/a when both ways are."""
+    if a is None or b is None:
         return "n/a"
-    return f"{'' if bound == '=' else bound}{value:.2f}x"
-
-
-def _ratio(a, b):
-    """(value, bound) / (value, bound), with the bound that follows."""
-    kinds = {a[1], {"<": ">", ">": "<", "=": "=", "?": "?"}[b[1]]} - {"="}
-    return a[0] / b[0], "=" if not kinds else kinds.pop() if len(kinds) == 1 else "?"
+    up, down = a.open_high or b.open_low, a.open_low or b.open_high
+    return "n/a" if up and down else f"{'>' if up else '<' if down else ''}{a.mean / b.mean:.2f}x"
 
 
 def _interval(s) -> str:
@@ -65,32 +50,27 @@ def _hp(h) -> str:
     return ", ".join(f"{k} {v:g}" for k, v in h.items()) if h else "all diverged"
 
 
+def _every(res) -> list[dict]:
+    """Every run of a workload's results: tuning, reruns, AdamW's budgets, the paper baseline."""
+    groups = [*res["tuning"].values(), *res["finals"].values(), *res["curve"].values()]
+    return sum(groups, []) + res["baseline"]
+
+
 def summarise(res) -> dict:
     """Per optimizer (and the paper baseline): loss mean and CI, stability, LR range, speedups.
     Seconds per step are the median over all of an optimizer's runs (they share one program)."""
     steps, finals = res["steps"], res["finals"]
-    curve = {}  # {budget: tuned AdamW's mean final loss}
     ladders = {}  # {seed: {budget: tuned AdamW's final loss}}: each seed's own ladder
     for budget, runs in res["curve"].items():
-        ok = [r for r in runs if not r["diverged"]]
-        if ok:
-            curve[budget] = np.mean([r["final_loss"] for r in ok])
-        for r in ok:
-            ladders.setdefault(r["seed"], {})[budget] = r["final_loss"]
+        for r in runs:
+            if not r["diverged"]:
+                ladders.setdefault(r["seed"], {})[budget] = r["final_loss"]
     reference = [r["final_loss"] for r in finals.get("adamw", []) if not r["diverged"]]
-    adamw = [
-        *res["tuning"]["adamw"],
-        *finals.get("adamw", []),
-        *sum(res["curve"].values(), []),
-        *res["baseline"],
-    ]
+    adamw = [r for r in _every(res) if r["optimizer"] == "adamw"]  # its budgets, the baseline
 
     def row(runs, timed, tuning=None, hp=None):
         losses = [r["final_loss"] for r in runs if not r["diverged"]]
         mean, ci = protocol.mean_ci(losses)
-        reach = (math.nan, "?")
-        if curve and losses:
-            reach = protocol.steps_to_reach(list(curve), list(curve.values()), mean)
         per_step = [np.median([r["seconds"] / r["steps"] for r in rs]) for rs in (adamw, timed)]
         reaches = []  # per fresh seed: AdamW's steps to this seed's loss on its own ladder
         for r in runs:
@@ -116,7 +96,6 @@ def summarise(res) -> dict:
             "ci": ci,
             "n": len(losses),
             "of": len(runs),
-            "speed": (reach[0] / steps, reach[1]),
             "stable": tuning and protocol.stable_fraction(tuning),
             "range": tuning and protocol.lr_range(tuning),
         }
@@ -127,8 +106,6 @@ def summarise(res) -> dict:
         hp = (res["best"][n] or {}).get("hyperparams")
         rows[n] = row(finals.get(n, []), timed, runs, hp)
     rows[BASE] = row(res["baseline"], adamw, hp=protocol.BASELINE[res["kind"]])
-    for r in rows.values():
-        r["vs"] = _ratio(r["speed"], rows[BASE]["speed"])
     return rows
 
 
@@ -148,7 +125,8 @@ def _table(rows) -> list[str]:
         )
         out.append(
             f"| {name} | {_hp(r['hp'])} | {loss} | {stable} | {width} | "
-            f"{_interval(r['interval'])} | {_interval(r['wall_interval'])} | {_speed(r['vs'])} |"
+            f"{_interval(r['interval'])} | {_interval(r['wall_interval'])} | "
+            f"{_over(r['interval'], rows[BASE]['interval'])} |"
         )
     return out
 
@@ -187,17 +165,17 @@ def _findings(res, rows) -> list[str]:
             f"{protocol.words(r['interval']) if r['interval'] else 'not measured'} (wall-clock "
             f"{_interval(r['wall_interval'])}, its own cost included); {loss}.{claim} "
             + (
-                f"Against the untuned paper baseline it would look {_speed(r['vs'])} as fast."
-                if _speed(r["vs"]) != "n/a"
-                else "Its ratio to the untuned paper baseline is not measured: "
-                "both end above tuned AdamW's loss at its shortest budget."
+                f"Against the untuned paper baseline it would look {vs} as fast."
+                if (vs := _over(r["interval"], base["interval"])) != "n/a"
+                else "Its ratio to the untuned paper baseline is not measured: an interval is "
+                "missing, or their open sides leave the ratio unbounded both ways."
             )
             + edge
         )
     lines.append(
         f"- The **paper baseline** (AdamW, {_hp(base['hp'])}, untuned) ends at {base['mean']:.4f}: "
-        f"tuned AdamW is {_speed(_ratio((1.0, '='), base['speed']))} as fast, so that much of a "
-        "gain claimed against such a baseline comes from the baseline."
+        f"tuned AdamW is {_over(protocol.Interval(1.0, 1.0, 1.0), base['interval'])} as fast, so "
+        "that much of a gain claimed against such a baseline comes from the baseline."
     )
     return lines
 
@@ -328,19 +306,23 @@ def _verdicts(summaries, claims) -> tuple[list, list, list]:
     return rows, summary, [*table, ""] if rows else []
 
 
+KEY = ("workload", "optimizer", "hyperparams", "seed", "steps")  # a run's identity
+
+
+def run_key(record: dict) -> str:
+    """A run's identity across an audit's runs (results.json holds one record of each)."""
+    return json.dumps([record[k] for k in KEY], sort_keys=True)
+
+
 def write(out, results, cfg, command, data: str = ""):
     """Write results.json, report.md and the plots; `results` is {workload: (Workload,
     run.Audit.workload())}; `data` the data's fingerprints, for the provenance."""
     runs = {}
     for _, res in results.values():
-        for r in [
-            *sum(res["tuning"].values(), []),
-            *sum(res["finals"].values(), []),
-            *sum(res["curve"].values(), []),
-            *res["baseline"],
-        ]:
-            key = json.dumps([r[k] for k in KEYS[:4]] + [r["steps"]], sort_keys=True)
-            runs.setdefault(key, {k: r[k] for k in KEYS})
+        for r in _every(res):
+            # a run file's record less its curve, once per (workload, optimizer, hp, seed, steps)
+            key = run_key(r)
+            runs.setdefault(key, {k: v for k, v in r.items() if k != "curve"})
     summaries = {name: summarise({**res, "kind": wl.kind}) for name, (wl, res) in results.items()}
     claims, summary, verdicts = _verdicts(summaries, cfg.claims)
     made = provenance(data)
