@@ -22,6 +22,7 @@ CLAIMS = {
     "muon": "about 2x the compute efficiency of AdamW (Liu et al. 2025, Moonlight)",
 }
 BASE = "paper baseline"
+KEY = ("workload", "optimizer", "hyperparams", "seed", "steps")  # a run's identity
 
 
 def _over(a, b) -> str:
@@ -304,9 +305,6 @@ def _verdicts(summaries, claims) -> tuple[list, list, list]:
                     f"{rows[-1]['verdict']} |"
                 )
     return rows, summary, [*table, ""] if rows else []
-
-
-KEY = ("workload", "optimizer", "hyperparams", "seed", "steps")  # a run's identity
 
 
 def run_key(record: dict) -> str:
