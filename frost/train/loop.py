@@ -137,18 +137,12 @@ def _learning_rate(opt_state) -> dict:
     return {"learning_rate": rates[0]} if rates else {}
 
 
-def make_train_step(
-    optimizer,
-    loss_fn=classification_loss,
-    prepare=lambda batch: batch,
-    shardings=None,
-    hessian: str | None = None,
-    precision: str = "fp32",
-):
-    """`train_step(...)` jitted, its model and optimizer state donated. `shardings=(model,
-    opt_state, batch)` (see frost.parallel) pins the layout of inputs and outputs on a mesh; the
-    step itself is the same function on one device or many."""
-    step = train_step(optimizer, loss_fn, prepare, hessian, precision)
+def make_train_step(optimizer, *args, shardings=None, **kwargs):
+    """`train_step(optimizer, *args, **kwargs)` (loss_fn, prepare, hessian, precision) jitted, its
+    model and optimizer state donated. `shardings=(model, opt_state, batch)` (keyword only; see
+    frost.parallel) pins the layout of inputs and outputs on a mesh; the step itself is the same
+    function on one device or many."""
+    step = train_step(optimizer, *args, **kwargs)
     if shardings is None:
         return jax.jit(step, donate_argnums=(0, 1))
     model_sh, opt_sh, batch_sh = shardings
