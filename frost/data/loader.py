@@ -50,6 +50,9 @@ from frost.data.sampler import Sampler
 from frost.data.transforms import sample_rng
 from frost.data.workers import Layout, Processes, Threads, WorkerError, fields_of
 
+# the Sampler's fields that define the stream: a state resumes only a loader that has the same
+STREAM = ("seed", "batch_size", "size", "shuffle", "drop_last")
+
 
 def load_sample(source, transform, seed, epoch, index) -> Any:
     """Sample `index` of `source` as it appears in `epoch`: transformed with its own generator."""
@@ -168,22 +171,14 @@ class Loader(contextlib.AbstractContextManager):
 
     def state(self) -> dict:
         """The stream position (epoch, batch), and what defines the stream, as plain JSON."""
-        s = self.sampler
-        return {
-            "epoch": self.epoch,
-            "batch": self.batch,
-            "seed": self.seed,
-            "batch_size": s.batch_size,
-            "size": s.size,
-            "shuffle": s.shuffle,
-            "drop_last": s.drop_last,
-        }
+        stream = {k: getattr(self.sampler, k) for k in STREAM}
+        return {"epoch": self.epoch, "batch": self.batch, **stream}
 
     def _restore(self, state):
         wrong = [
-            f"{k}={state.get(k)!r} in the state, {v!r} here"
-            for k, v in self.state().items()
-            if k not in ("epoch", "batch") and state.get(k) != v
+            f"{k}={state.get(k)!r} in the state, {getattr(self.sampler, k)!r} here"
+            for k in STREAM
+            if state.get(k) != getattr(self.sampler, k)
         ]
         if wrong:
             raise ValueError(
