@@ -243,18 +243,11 @@ def _append(folder: pathlib.Path, shards: list, part: str, ids: np.ndarray, dtyp
 
 
 def _batches(files, key, column) -> Iterator[tuple[list[str], np.ndarray]]:
-    """(texts, whether each ends a document) in groups of about 1 MB of text."""
-    batch, ends, n = [], [], 0
-    for path in files:
-        for piece, end in pieces(path, key, column):
-            batch.append(piece)
-            ends.append(end)
-            n += len(piece)
-            if n >= text.bpe.BATCH_CHARS:
-                yield batch, np.array(ends)
-                batch, ends, n = [], [], 0
-    if batch:
-        yield batch, np.array(ends)
+    """(texts, whether each ends a document) in groups of about 1 MB of text (text.bpe's)."""
+    every = (piece for path in files for piece in pieces(path, key, column))
+    for group in text.bpe._batches(every, text.bpe.BATCH_CHARS, lambda piece: len(piece[0])):
+        texts, ends = zip(*group)
+        yield list(texts), np.array(ends)
 
 
 def prepare(files, tok, cache, key="text", column="text", workers=None, progress=False) -> dict:

@@ -98,12 +98,13 @@ def _pieces(texts: Iterable[str] | str, size: int = BATCH_CHARS) -> Iterator[str
         yield text[start:] if start else text
 
 
-def _batches(texts: Iterable[str], size: int = BATCH_CHARS) -> Iterator[list[str]]:
-    """Group texts into lists of about `size` characters in all."""
+def _batches(texts: Iterable, size: int = BATCH_CHARS, length=len) -> Iterator[list]:
+    """Group texts into lists of about `size` characters in all (`length(text)` each: items that
+    carry a text, such as frost.data.corpus's (text, ends a document) pairs, say how)."""
     batch, n = [], 0
     for text in texts:
         batch.append(text)
-        n += len(text)
+        n += length(text)
         if n >= size:
             yield batch
             batch, n = [], 0
