@@ -26,7 +26,7 @@ import numpy as np
 from safetensors.flax import load_file, save
 
 from frost import atomic
-from frost.config import UsageError, optional, positive, whole
+from frost.config import UsageError, needs, optional, positive, whole
 from frost.models import gpt, resnet
 from frost.tree import names
 
@@ -85,13 +85,10 @@ def read_weights(source) -> dict:
     if not path.is_file():
         raise UsageError(f"{path}: no such weights file")
     if path.suffix in (".pth", ".pt", ".bin"):
-        try:
-            import torch
-        except ImportError:
-            raise UsageError(
-                f"{path}: reading a PyTorch file needs torch installed; or convert it to "
-                "safetensors (safetensors.torch.save_file)"
-            ) from None
+        how = "torch, or convert the file to safetensors with safetensors.torch.save_file"
+        needs("torch", f"{path}: reading a PyTorch file", how)
+        import torch
+
         try:
             loaded = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as e:
