@@ -73,20 +73,15 @@ def add_commands(subparsers) -> None:
         p.set_defaults(run=run, config=cls, command=f"`frost tokenizer {name}`")
 
 
-def _config(args):
-    """The command's checked config, with the corpus files (before any work)."""
-    return from_args(args.config, args, args.command), args.corpus
-
-
 def _train(args) -> int:
-    cfg, corpus = _config(args)
+    cfg = from_args(args.config, args, args.command)
     from .bpe import GPT4_PATTERN, stream_files, train
     from .io import save, save_hf
 
-    _checked(cfg, corpus)
+    _checked(cfg, args.corpus)
     pattern = GPT4_PATTERN if cfg.pattern is None else cfg.pattern
     tok = train(
-        stream_files(corpus),
+        stream_files(args.corpus),
         cfg.vocab_size,
         pattern=pattern,
         special_tokens=cfg.special,
@@ -101,7 +96,7 @@ def _train(args) -> int:
 
 
 def _encode(args) -> int:
-    cfg, corpus = _config(args)
+    cfg = from_args(args.config, args, args.command)
     import numpy as np
 
     from .bpe import _bar, stream_files
@@ -114,10 +109,10 @@ def _encode(args) -> int:
             f"{list(tok.special)})"
         )
     dtype = np.dtype(token_dtype(tok.vocab_size))
-    bar = _bar(True, "encoding", "B", total=_checked(cfg, corpus))
+    bar = _bar(True, "encoding", "B", total=_checked(cfg, args.corpus))
 
     def blocks():  # the token file, streamed in blocks to frost's atomic writer
-        for path in corpus:
+        for path in args.corpus:
             pieces = _counted(stream_files([path]), bar)
             for ids in tok.encode_iter(pieces, special=cfg.special, workers=cfg.workers):
                 yield np.asarray(ids, dtype).tobytes()
