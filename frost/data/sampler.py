@@ -58,11 +58,8 @@ class Sampler:
     def order(self, epoch: int) -> np.ndarray:
         """The global order of sample indices in `epoch`."""
         if self._cached[0] != epoch:
-            order = (
-                np.random.default_rng([self.seed, 0, epoch]).permutation(self.size)
-                if self.shuffle
-                else np.arange(self.size)
-            )
+            rng = np.random.default_rng([self.seed, 0, epoch])  # stream 0 (transforms: 1)
+            order = rng.permutation(self.size) if self.shuffle else np.arange(self.size)
             self._cached = (epoch, order)
         return self._cached[1]
 
