@@ -91,6 +91,12 @@ def episode_metrics(reward, done, running, last) -> tuple[jax.Array, jax.Array, 
     )
 
 
+def step_envs(env, key, state, action) -> tuple:
+    """Step a batch of environments, each with its own key split from `key`: (obs, state, reward,
+    done), each with the batch axis first (`env.step`'s info is dropped)."""
+    return jax.vmap(env.step)(jax.random.split(key, action.shape[0]), state, action)[:4]
+
+
 def chunk_size(iterations: int, calls: int = 20) -> int:
     """The largest divisor of `iterations` that is at most iterations / calls (at least 1)."""
     return max(d for d in range(1, max(iterations // calls, 1) + 1) if iterations % d == 0)
@@ -121,9 +127,7 @@ def evaluate(env, policy, key, episodes: int = 100) -> jax.Array:
 
     def body(carry, key):
         obs, state, total, alive = carry
-        obs, state, reward, done, _ = jax.vmap(env.step)(
-            jax.random.split(key, episodes), state, policy(obs)
-        )
+        obs, state, reward, done = step_envs(env, key, state, policy(obs))
         return (obs, state, total + jnp.where(alive, reward, 0.0), alive & ~done), None
 
     carry = (obs, state, jnp.zeros(episodes), jnp.ones(episodes, bool))

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from frost import nn, optim
-from frost.rl.anakin import AgentConfig, episode_metrics, mlp
+from frost.rl.anakin import AgentConfig, episode_metrics, mlp, step_envs
 from frost.tree import where
 
 
@@ -115,9 +115,7 @@ def anakin(env, cfg: Config) -> tuple[Callable, Callable]:
         explore = jax.random.uniform(k_explore, (B,)) < epsilon(r.t * B, cfg)
         random = jax.random.randint(k_random, (B,), 0, env.num_actions, jnp.int32)
         action = jnp.where(explore, random, greedy(r.model)(r.obs))
-        obs, state, reward, done, _ = jax.vmap(env.step)(
-            jax.random.split(k_env, B), r.env_state, action
-        )
+        obs, state, reward, done = step_envs(env, k_env, r.env_state, action)
         rows = (r.t * B + jnp.arange(B)) % cap  # the ring's next B rows
         new = Transition(r.obs, action, reward, done, obs)  # (B, ...) each
         buffer = jax.tree.map(lambda ring, x: ring.at[rows].set(x), r.buffer, new)

@@ -30,7 +30,7 @@ import jax.numpy as jnp
 
 from frost import nn, optim
 from frost.rl import search
-from frost.rl.anakin import AgentConfig, episode_metrics, mlp
+from frost.rl.anakin import AgentConfig, episode_metrics, mlp, step_envs
 from frost.tree import where
 
 SIMULATIONS = 4  # Gumbel MuZero learns with few (Danihelka et al. train with 2)
@@ -197,9 +197,7 @@ def anakin(env, cfg: Config) -> tuple[Callable, Callable]:
     def env_step(r: Runner, key):
         k_plan, k_env = jax.random.split(key)
         out = plan(r.model, r.obs, k_plan)
-        obs, state, reward, done, _ = jax.vmap(env.step)(
-            jax.random.split(k_env, B), r.env_state, out.action
-        )
+        obs, state, reward, done = step_envs(env, k_env, r.env_state, out.action)
         step = Trajectory(r.obs, out.action, reward, done, out.action_weights)
         return r._replace(obs=obs, env_state=state), step
 

@@ -23,7 +23,7 @@ from jax import lax
 
 from frost import nn, optim
 from frost.rl.actors import Actors
-from frost.rl.anakin import AgentConfig, episode_metrics, jit, mlp
+from frost.rl.anakin import AgentConfig, episode_metrics, jit, mlp, step_envs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -197,9 +197,7 @@ def anakin(env, cfg: Config) -> tuple[Callable, Callable]:
     def env_step(r: Runner, _):
         key, k_act, k_env = jax.random.split(r.key, 3)
         action, logp = act(r.model.actor, r.obs, jax.random.split(k_act, B))
-        obs, state, reward, done, _ = jax.vmap(env.step)(
-            jax.random.split(k_env, B), r.env_state, action
-        )
+        obs, state, reward, done = step_envs(env, k_env, r.env_state, action)
         return r._replace(obs=obs, env_state=state, key=key), (r.obs, action, logp, reward, done)
 
     def iteration(r: Runner, _):
