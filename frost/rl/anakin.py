@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from frost import nn, parallel
+from frost import nn, optim, parallel
 from frost.parallel import jit
 
 
@@ -89,6 +89,14 @@ def episode_metrics(reward, done, running, last) -> tuple[jax.Array, jax.Array, 
         jnp.where(count > 0, total / jnp.maximum(count, 1).astype(jnp.float32), last),
         count,
     )
+
+
+def gradient_step(opt, loss, model, opt_state, *args) -> tuple:
+    """One step of optimizer `opt` on `loss(model, *args) -> (loss, metrics)`: ((model, opt_state),
+    metrics), the model and state after the step."""
+    grads, metrics = jax.grad(loss, has_aux=True)(model, *args)
+    updates, opt_state = opt.update(grads, opt_state, model)
+    return (optim.apply_updates(model, updates), opt_state), metrics
 
 
 def step_envs(env, key, state, action) -> tuple:

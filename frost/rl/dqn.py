@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from frost import nn, optim
-from frost.rl.anakin import AgentConfig, episode_metrics, mlp, step_envs
+from frost.rl.anakin import AgentConfig, episode_metrics, gradient_step, mlp, step_envs
 from frost.tree import where
 
 
@@ -121,14 +121,10 @@ def anakin(env, cfg: Config) -> tuple[Callable, Callable]:
         buffer = jax.tree.map(lambda ring, x: ring.at[rows].set(x), r.buffer, new)
         steps = (r.t + 1) * B
         picks = jax.random.randint(k_batch, (cfg.batch_size,), 0, jnp.minimum(steps, cap))
-        grads, metrics = jax.grad(loss, has_aux=True)(
-            r.model, r.target, jax.tree.map(lambda ring: ring[picks], buffer), cfg
-        )
-        updates, opt_state = opt.update(grads, r.opt_state, r.model)
+        batch = jax.tree.map(lambda ring: ring[picks], buffer)
+        stepped, metrics = gradient_step(opt, loss, r.model, r.opt_state, r.target, batch, cfg)
         learn = steps >= cfg.learning_starts
-        model, opt_state = where(
-            learn, (optim.apply_updates(r.model, updates), opt_state), (r.model, r.opt_state)
-        )
+        model, opt_state = where(learn, stepped, (r.model, r.opt_state))
         # a copy every target_every env steps
         target = where(steps % cfg.target_every < B, model, r.target)
         running, last, episodes = episode_metrics(

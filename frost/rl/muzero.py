@@ -30,7 +30,7 @@ import jax.numpy as jnp
 
 from frost import nn, optim
 from frost.rl import search
-from frost.rl.anakin import AgentConfig, episode_metrics, mlp, step_envs
+from frost.rl.anakin import AgentConfig, episode_metrics, gradient_step, mlp, step_envs
 from frost.tree import where
 
 SIMULATIONS = 4  # Gumbel MuZero learns with few (Danihelka et al. train with 2)
@@ -208,12 +208,9 @@ def anakin(env, cfg: Config) -> tuple[Callable, Callable]:
         e = jax.random.randint(k_e, (cfg.batch_size,), 0, B)
         index = t[:, None] + jnp.arange(span)[None, :]  # (N, span)
         windows = jax.tree.map(lambda x: x[index, e[:, None]], ring)
-        grads, metrics = jax.grad(loss, has_aux=True)(model, windows, cfg)
-        updates, new_state = opt.update(grads, opt_state, model)
+        stepped, metrics = gradient_step(opt, loss, model, opt_state, windows, cfg)
         ready = filled >= span
-        model, opt_state = where(
-            ready, (optim.apply_updates(model, updates), new_state), (model, opt_state)
-        )
+        model, opt_state = where(ready, stepped, (model, opt_state))
         return (model, opt_state, ring, filled), metrics
 
     def append(old, new):  # the ring's oldest T steps out, the new ones in

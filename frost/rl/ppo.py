@@ -23,7 +23,7 @@ from jax import lax
 
 from frost import nn, optim
 from frost.rl.actors import Actors
-from frost.rl.anakin import AgentConfig, episode_metrics, jit, mlp, step_envs
+from frost.rl.anakin import AgentConfig, episode_metrics, gradient_step, jit, mlp, step_envs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,11 +156,8 @@ def update(model, opt_state, rollout: Rollout, key, cfg: Config, opt) -> tuple[A
     data = Minibatch(obs[:-1], rollout.action, rollout.logp, values[:-1], adv, ret)  # (T, B, ...)
     data = jax.tree.map(lambda x: x.reshape(T * B, *x.shape[2:]), data)  # (T B, ...)
 
-    def minibatch(carry, batch):
-        model, opt_state = carry
-        grads, metrics = jax.grad(loss, has_aux=True)(model, batch, cfg)
-        updates, opt_state = opt.update(grads, opt_state, model)
-        return (optim.apply_updates(model, updates), opt_state), metrics
+    def minibatch(carry, batch):  # carry: (model, opt_state)
+        return gradient_step(opt, loss, *carry, batch, cfg)
 
     def epoch(carry, key):
         order = jax.random.permutation(key, T * B)
