@@ -38,6 +38,11 @@ def _affine(y, weight, bias, dtype):  # y in float32 -> y * weight + bias in `dt
     return y.astype(dtype)
 
 
+def _check_channels(layer, x, channels: int) -> None:
+    """BatchNorm/GroupNorm input check: (N, ..., channels), a float array of the weights' dtype."""
+    check_input(layer, x, getattr(x, "ndim", 0) >= 2, channels, f"(N, ..., {channels})")
+
+
 def _check_trailing(layer, x) -> tuple:
     """LayerNorm/RMSNorm input check: x ends with `layer.shape`; returns those trailing axes."""
     k = len(layer.shape)
@@ -70,9 +75,7 @@ class BatchNorm(Module):
         self.num_features, self.eps, self.momentum = num_features, eps, momentum
 
     def __call__(self, x):  # (N, ..., C) -> (N, ..., C)
-        check_input(
-            self, x, getattr(x, "ndim", 0) >= 2, self.num_features, f"(N, ..., {self.num_features})"
-        )
+        _check_channels(self, x, self.num_features)
         axes, xf = tuple(range(x.ndim - 1)), _f32(x)
         if context.is_training():
             mean, var = jnp.mean(xf, axes), jnp.var(xf, axes)  # (C,), biased
@@ -165,9 +168,7 @@ class GroupNorm(Module):
         self.num_groups, self.num_channels, self.eps = num_groups, num_channels, eps
 
     def __call__(self, x):  # (N, ..., C) -> same
-        check_input(
-            self, x, getattr(x, "ndim", 0) >= 2, self.num_channels, f"(N, ..., {self.num_channels})"
-        )
+        _check_channels(self, x, self.num_channels)
         # (N, ..., G, C/G)
         g = _f32(x).reshape(*x.shape[:-1], self.num_groups, self.num_channels // self.num_groups)
         axes = tuple(range(1, g.ndim - 2)) + (g.ndim - 1,)
