@@ -43,7 +43,6 @@ class Config(AgentConfig):
     num_steps: int = 8  # T, steps of every env an iteration
     total_steps: int = 40_000
     lr: float = 3e-3
-    hidden: int = 64
     unroll: int = 5  # K
     td_steps: int = 5  # n
     buffer_steps: int = 256  # L, per env
