@@ -101,11 +101,10 @@ def train(cfg) -> int:
             f"{max(cfg.steps // per_update, 1) * per_update}"
         )
     with claimed(out, cfg, work="checkpoint"):  # removed again if it fails before the checkpoint
-        return _run(cfg, out, env, hp, seeds)
+        return _run(cfg, out, env, hp, seeds, per_update)
 
 
-def _run(cfg, out, env, hp, seeds) -> int:
-    per_update = hp.num_envs * hp.num_steps
+def _run(cfg, out, env, hp, seeds, per_update: int) -> int:
     # its clock starts now
     rec = Recorder(out, hp.updates * per_update * len(seeds), f"{cfg.algo} {cfg.env}")
     if cfg.mode == "anakin":
@@ -152,13 +151,6 @@ def _run(cfg, out, env, hp, seeds) -> int:
     return 0
 
 
-def _network(algo: str, env: EnvSpec, hidden: int):
-    """The network builder (key) -> model of `algo` on `env` (a template for loading a
-    checkpoint)."""
-    shape, actions = env.signature()
-    return lambda key: ALGOS[algo].network(shape, actions, hidden, key=key)
-
-
 def evaluate(algo: str, env: EnvSpec, models, seeds):
     """Mean greedy return over 100 episodes of each seed's policy in `models` (stacked by seed)."""
     # host envs: (model, obs (N, ...)) -> actions, one model of `models` at a time
@@ -199,10 +191,11 @@ def evaluate_run(run_dir) -> int:
             f"{path}: not a `frost rl` checkpoint (its manifest names no algo and env)"
         )
     env = EnvSpec.parse(meta["env"])
-    build = _network(meta["algo"], env, meta["hidden"])
-    template = jax.eval_shape(
-        jax.vmap(build), jax.random.split(jax.random.key(0), len(meta["seeds"]))
-    )
+    # the stacked models' shapes, to load the checkpoint into
+    shape, actions = env.signature()
+    network = functools.partial(ALGOS[meta["algo"]].network, shape, actions, meta["hidden"])
+    keys = jax.random.split(jax.random.key(0), len(meta["seeds"]))
+    template = jax.eval_shape(jax.vmap(lambda key: network(key=key)), keys)
     tree, _ = checkpoint.load(path, {"model": template})
     for seed, ret in zip(meta["seeds"], evaluate(meta["algo"], env, tree["model"], meta["seeds"])):
         print(
