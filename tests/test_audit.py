@@ -6,6 +6,7 @@ import json
 import math
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 import time
@@ -148,9 +149,9 @@ def test_vmapped_runs_equal_the_same_runs_one_at_a_time(data, name, hyperparams,
     results = _compare(data, name, runs)
     # with no memory to spare, the group falls back to one run at a time: the same numbers
     sizes = []
-    monkeypatch.setattr(engine, "free_memory", lambda: 0)
+    monkeypatch.setattr(engine, "memory", lambda: 0)
     monkeypatch.setattr(
-        engine, "_init", lambda *a, _init=engine._init: sizes.append(len(a[3])) or _init(*a)
+        engine, "_init", lambda *a, _init=engine._init: sizes.append(len(a[4])) or _init(*a)
     )
     fallback = engine.run_group(WL, data, name, engine.groups(WL, data, name, runs)[0])
     assert sizes == [3, 1, 1, 1] and [r["final_loss"] for r in fallback] == pytest.approx(
@@ -213,10 +214,10 @@ def test_quick_end_to_end_writes_the_report(audited):
             "optimizer",
             "hyperparams",
             "seed",
+            "steps",
             "final_loss",
             "diverged",
             "diverged_step",
-            "steps",
             "seconds",
         ]
         for r in runs
@@ -244,6 +245,15 @@ def test_quick_end_to_end_writes_the_report(audited):
         assert text in report
     for png in ("curves.png", "lr.png"):
         assert (audited / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    made = json.loads((audited / "results.json").read_text())["provenance"]
+    assert (made["jax"], made["devices"], made["protocol"]) == (
+        jax.__version__,
+        "1 x cpu",
+        protocol.VERSION,
+    )
+    cpu = pathlib.Path("/proc/cpuinfo").read_text()
+    assert made["host"].split(", flags ")[0] in cpu and len(made["data"].split(":")[1]) == 16
+    assert "## Provenance" in report and f"commit: `{made['commit']}`" in report
 
 
 def test_a_restarted_audit_skips_finished_runs_and_reproduces_the_report(
@@ -280,7 +290,9 @@ def test_a_restarted_audit_skips_finished_runs_and_reproduces_the_report(
     assert 0 < len(before) < 18, "the audit was not stopped part-way"
     trained = []
     monkeypatch.setattr(
-        engine, "run_group", lambda *a, _run=engine.run_group: trained.append(a[3]) or _run(*a)
+        engine,
+        "run_group",
+        lambda *a, _run=engine.run_group, **k: trained.append(a[3]) or _run(*a, **k),
     )
     report = run.audit(
         AuditConfig(workload="image", quick=True, budget=20, optimizers="adamw", out=str(out)),
@@ -300,15 +312,15 @@ def test_a_restarted_audit_skips_finished_runs_and_reproduces_the_report(
         and not trained
     )  # all on disk: nothing trained
 
-    # the same numbers as the uninterrupted audit's AdamW runs
-    def losses(folder):
-        return {
-            (r["hyperparams"]["learning_rate"], r["seed"], r["steps"]): r["final_loss"]
-            for r in json.loads((folder / "results.json").read_text())["runs"]
-            if r["optimizer"] == "adamw"
-        }
+    assert adamw_losses(out) == adamw_losses(audited)  # the uninterrupted audit's numbers
 
-    assert losses(out) == losses(audited)
+
+def adamw_losses(folder):
+    return {
+        (r["hyperparams"]["learning_rate"], r["seed"], r["steps"]): r["final_loss"]
+        for r in json.loads((folder / "results.json").read_text())["runs"]
+        if r["optimizer"] == "adamw"
+    }
 
 
 @pytest.mark.parametrize(
@@ -395,3 +407,31 @@ def test_the_report_names_the_command_that_makes_it():
     assert (
         run.command(cfg) == "frost audit --workload image --claim lion=1.5 --claim muon=2 --quick"
     )
+
+
+def test_reproduce_matches_a_finished_audit_and_names_a_changed_run(audited, tmp_path, capsys):
+    """`--reproduce` retrains a seed-fixed sample of the runs, each in its batch: bit for bit on
+    the same code and machine; a run whose record was changed is named, and the exit is 1."""
+    files = {p: p.stat().st_mtime_ns for p in audited.rglob("*")}
+    with jax.numpy_dtype_promotion("standard"):  # optax:adamw, as in `audited`
+        assert cli(["audit", "--reproduce", str(audited)]) == 0
+        assert {p: p.stat().st_mtime_ns for p in audited.rglob("*")} == files  # nothing written
+        lines = capsys.readouterr().out.splitlines()
+        assert sum(line.endswith(": matches bit for bit") for line in lines) == 5
+        assert lines[-1] == f"--reproduce {audited}: all 5 runs reproduce"
+        copy = tmp_path / "copy"
+        subprocess.run(["cp", "-r", str(audited), str(copy)], check=True)
+        saved = json.loads((copy / "results.json").read_text())
+        for r in saved["runs"]:
+            r["final_loss"] = r["final_loss"] and r["final_loss"] + 1e-6
+        (copy / "results.json").write_text(json.dumps(saved))
+        shutil.rmtree(copy / "runs")  # the records come from results.json
+        assert cli(["audit", "--reproduce", str(copy)]) == 1
+        assert not (copy / "runs").exists()
+        captured = capsys.readouterr()
+        assert captured.out.count(": DIFFERS: final loss") == 5
+        assert "5 of 5 runs do not reproduce" in captured.err
+        assert cli(["audit", "--reproduce", str(copy), "--quick"]) == 2
+        assert "--reproduce: takes OUT's options from it; drop --quick" in capsys.readouterr().err
+        assert cli(["audit", "--reproduce", str(tmp_path / "none")]) == 2
+        assert "not a finished audit" in capsys.readouterr().err

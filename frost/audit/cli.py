@@ -5,12 +5,14 @@
     MODULE:FUNC ...]
                 [--data PATH] [--budget S] [--seeds N] [--quick] [--claim NAME=X ...]
                 [--out DIR]
+    frost audit --reproduce OUT [--sample N]
 
 The options are generated from `AuditConfig` (frost.config).
 No JAX is imported until the audit starts, so `frost --help` stays fast.
 """
 
 import dataclasses
+import re
 
 from frost.config import Checked, UsageError, add_options, from_args, needs, option, optional, whole
 
@@ -66,9 +68,19 @@ class AuditConfig(Checked):
         "a third of the steps",
     )
     out: str = option("audit", "output folder: runs/*.json, results.json, report.md, PNG plots")
+    reproduce: str | None = option(
+        None,
+        "OUT: rerun a seed-fixed sample of the audit in OUT; say whether each run matches",
+    )
+    sample: int = option(5, "runs --reproduce reruns", whole(1))
 
     def check(self):
         needs("matplotlib", "frost audit (its plots)", "'frost[plot]'")
+        if self.reproduce is not None:  # OUT's config.json holds the other options
+            for f in dataclasses.fields(self):
+                given = getattr(self, f.name) != f.default
+                if given and f.name not in ("reproduce", "sample", "data"):
+                    raise UsageError(f"--reproduce: takes OUT's options from it; drop --{f.name}")
         if self.budget is not None and self.budget % 10:
             raise UsageError(
                 f"--budget {self.budget}: must be a multiple of 10 (steps run in chunks of 10)"
@@ -93,11 +105,7 @@ class AuditConfig(Checked):
                     f"--claim {claim!r}: give NAME=SPEEDUP for an audited optimizer "
                     f"({', '.join(self.names)})"
                 )
-            try:
-                ok = float(value) > 0
-            except ValueError:
-                ok = False
-            if not ok:
+            if not re.fullmatch(r"[0-9]*\.?[0-9]+", value) or float(value) == 0:
                 raise UsageError(f"--claim {claim!r}: the speedup must be a number > 0")
 
     @property
@@ -126,6 +134,8 @@ def add_commands(sub) -> None:
 
 def _audit(args):
     cfg = from_args(AuditConfig, args, "`frost audit`")
-    from frost.audit.run import audit
+    from frost.audit import run
 
-    print(f"report: {audit(cfg)}")
+    if cfg.reproduce is not None:
+        return run.reproduce(cfg)
+    print(f"report: {run.audit(cfg)}")

@@ -19,8 +19,9 @@ Integer leaves of an optimizer state are step counters, equal across a group, so
 unbatched: `lax.cond` in Sophia's refresh then stays a branch, rather than a select that would
 compute the Hessian estimate on every step. A run diverges at the first step whose loss,
 gradients or update are non-finite (the step then leaves the run as it was) or whose loss
-exceeds the workload's threshold. A group whose program would need more than half the free
-memory is split in halves, down to one run at a time. The chunks run on
+exceeds the workload's threshold. A group whose program would need more than half the machine's
+memory is split in halves, down to one run at a time (a fixed cap, not the memory free now: a
+batch's composition, and so its last bits, never depend on what else runs). The chunks run on
 frost.parallel.scan_chunks, the driver Anakin's iterations use too, at its optimisation level.
 """
 
@@ -61,9 +62,9 @@ def unit_lr(t, total):
     )
 
 
-def free_memory() -> int:
-    """Bytes of physical memory free now."""
-    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+def memory() -> int:
+    """Bytes of physical memory."""
+    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
 def _make(workload, data, name, built, axes, peak=1.0, total=1):
@@ -109,32 +110,31 @@ def groups(workload, data, name, runs) -> list[Group]:
 
 
 def probe(workload, data, name, hyperparams: dict) -> None:
-    """Refuse an optimizer that cannot run, before any training: its init, one training step
-    and its evaluation parameters, built as the trial `hyperparams` would be, are traced on the
-    workload's shapes (jax.eval_shape: nothing is computed). Raises a one-line UsageError naming
+    """Refuse an optimizer that cannot run, before any training: the very path a run takes (its
+    stacked init, a chunk of vmapped training steps, its evaluation parameters), built as the
+    trial `hyperparams` would be, is traced on the workload's shapes (jax.eval_shape: nothing is
+    computed). Raises a one-line UsageError naming
     the exception and where the user's code raised it."""
     entry = resolve(name)
     try:
         (group,) = groups(workload, data, name, [Run(hyperparams, 0, CHUNK)])
-
-        def first_step(key, peak, total):  # as in _program: the schedule's peak and total traced
-            opt = _make(workload, data, name, group.built, tuple(hyperparams), peak, total)
-            model = workload.model(data, key)
-            step = train_step(opt, hessian=entry.hessian)
-            model, state, _ = step(model, opt.init(model), workload.draw(data.arrays, key), key)
-            return evaluated(opt)(model, state)
-
-        jax.eval_shape(first_step, jax.random.key(0), jnp.float32(1), jnp.int32(CHUNK))
+        axes = tuple(hyperparams)
+        opt = _make(workload, data, name, group.built, axes)
+        carry = jax.eval_shape(lambda: _init(workload, data, name, opt, group.runs))
+        chunk = _program(workload, data, name, group.built, axes, workload.threshold(data))
+        carry, _ = jax.eval_shape(chunk, carry, _steps(0), data.arrays, np.int32(CHUNK))
+        jax.eval_shape(lambda c: _eval_params(opt, c), carry)
     except UsageError:
         raise
     except Exception as e:
         raise UsageError(f"--optimizer {name}: cannot train: {describe(e, entry.file)}") from None
 
 
-def evaluated(opt):
-    """`(params, state) -> the parameters to evaluate`: the optimizer's `eval_params` (a
-    registry.WithEval: schedule-free's averaged point), else the parameters themselves."""
-    return getattr(opt, "eval_params", lambda params, state: params)
+def _eval_params(opt, carry):
+    """Each run's parameters to evaluate: the optimizer's `eval_params` (a registry.WithEval:
+    schedule-free's averaged point), else its parameters."""
+    params = getattr(opt, "eval_params", lambda params, state: params)
+    return jax.vmap(params, in_axes=(0, _axes(carry[1])))(carry[0], carry[1])
 
 
 def _axes(states):
@@ -142,10 +142,18 @@ def _axes(states):
     return jax.tree.map(lambda x: None if jnp.issubdtype(x.dtype, jnp.integer) else 0, states)
 
 
-def _init(workload, data, opt, seeds, values, peaks):
-    """Stacked (models, optimizer states, peak learning rates, keys, diverged step) of K runs from
-    their seeds (K,), the state's hyper-parameters {key: (K,)} and peaks (K,). Run eagerly: its
+def _init(workload, data, name, opt, runs):
+    """Stacked (models, optimizer states, peak learning rates, keys, diverged step) of the runs:
+    models from their seeds, the states' held hyper-parameters set to theirs. Run eagerly: its
     random initialisers take longer to compile as one program than to run op by op."""
+    axes = tuple(runs[0].hyperparams)
+    values = {
+        k: np.asarray([r.hyperparams[a] for r in runs], np.float32)
+        for a, keys in _held(workload, data, name, axes).items()
+        for k in keys
+    }
+    seeds = np.asarray([r.seed for r in runs], np.int32)
+    peaks = np.asarray([r.hyperparams["learning_rate"] for r in runs], np.float32)
     keys = jax.vmap(jax.random.key)(seeds)
     models = jax.vmap(lambda k: workload.model(data, jax.random.fold_in(k, 0)))(keys)
     states = jax.vmap(opt.init)(models)
@@ -202,34 +210,26 @@ def run_group(workload, data, name, group: Group, max_runs: int | None = None) -
             for r in run_group(workload, data, name, Group(runs[i : i + max_runs], built), max_runs)
         ]
     steps, axes = runs[0].steps, tuple(runs[0].hyperparams)
-    values = {
-        k: np.asarray([r.hyperparams[a] for r in runs], np.float32)
-        for a, keys in _held(workload, data, name, axes).items()
-        for k in keys
-    }
     opt = _make(workload, data, name, built, axes)
-    seeds = np.asarray([r.seed for r in runs], np.int32)
-    peaks = np.asarray([r.hyperparams["learning_rate"] for r in runs], np.float32)
-    carry = _init(workload, data, opt, seeds, values, peaks)
-    shapes = tuple(v.shape for v in data.arrays.values())
+    carry, arrays = _init(workload, data, name, opt, runs), data.arrays
+    shapes = tuple(v.shape for v in arrays.values())
     tag = (workload.name, shapes, name, tuple(sorted(built.items())), len(runs))
     if tag not in _programs:
         chunk = _program(workload, data, name, built, axes, workload.threshold(data))
-        _programs[tag] = chunk.lower(carry, _steps(0), data.arrays, np.int32(steps)).compile()
+        _programs[tag] = chunk.lower(carry, _steps(0), arrays, np.int32(steps)).compile()
     program, stats = _programs[tag], _programs[tag].memory_analysis()
     need = stats.argument_size_in_bytes + stats.output_size_in_bytes + stats.temp_size_in_bytes
-    if len(runs) > 1 and need > 0.5 * free_memory():
+    if len(runs) > 1 and need > 0.5 * memory():
         return run_group(workload, data, name, group, max(len(runs) // 2, 1))
     start, curve = time.perf_counter(), []
     for t0 in range(0, steps, CHUNK):
-        carry, losses = program(carry, _steps(t0), data.arrays, np.int32(steps))
+        carry, losses = program(carry, _steps(t0), arrays, np.int32(steps))
         curve.append(np.asarray(losses).mean(0))  # (K,)
         if (np.asarray(carry[-1]) >= 0).all():
             break  # every run has diverged
     if workload.name not in _evals:
         _evals[workload.name] = jax.jit(jax.vmap(workload.eval_loss, in_axes=(0, None)))
-    models = jax.vmap(evaluated(opt), in_axes=(0, _axes(carry[1])))(carry[0], carry[1])
-    final = np.asarray(_evals[workload.name](models, data.arrays))
+    final = np.asarray(_evals[workload.name](_eval_params(opt, carry), arrays))
     seconds = (time.perf_counter() - start) / len(runs)
     bad = np.asarray(carry[-1])
     bad = np.where((bad < 0) & ~np.isfinite(final), steps - 1, bad)

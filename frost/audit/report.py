@@ -4,11 +4,13 @@ OUT/curves.png (each optimizer's best configuration, mean over the fresh seeds) 
 (final loss against learning rate: the sensitivity curve).
 """
 
+import hashlib
 import importlib.metadata
 import json
 import math
 import os
 import pathlib
+import re
 import subprocess
 
 import jax
@@ -239,6 +241,18 @@ def _sensitivity(ax, res):
     )
 
 
+def _host() -> str | None:
+    """The CPU's model and a digest of its feature flags: XLA compiles CPU programs for the host's
+    instruction set, so another CPU may change the last bits."""
+    try:
+        info = pathlib.Path("/proc/cpuinfo").read_text()
+    except OSError:  # not Linux
+        return None
+    model, flags = (re.search(rf"^{k}\s*: (.*)$", info, re.M) for k in ("model name", "flags"))
+    digest = hashlib.sha1((flags[1] if flags else "").encode()).hexdigest()[:8]
+    return f"{model[1] if model else '?'}, flags {digest}"
+
+
 def provenance(data: str) -> dict:
     """What determines the numbers besides the options: code, versions, devices, data."""
     import frost
@@ -259,6 +273,7 @@ def provenance(data: str) -> dict:
         "jaxlib": importlib.metadata.version("jaxlib"),
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
         "devices": f"{jax.device_count()} x {jax.devices()[0].device_kind}",
+        "host": _host(),
         "data": data,
         "protocol": protocol.VERSION,
     }

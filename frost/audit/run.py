@@ -14,7 +14,9 @@ report.
 import dataclasses
 import hashlib
 import json
+import math
 import pathlib
+import random
 import re
 import shutil
 import time
@@ -24,13 +26,15 @@ from tqdm import tqdm
 
 from frost import atomic
 from frost.audit import engine, protocol, report, workloads
-from frost.config import UsageError, flag
+from frost.config import FrostError, UsageError, flag
 from frost.optim.registry import resolve
 from frost.train.job import claim
 
 # AdamW's budgets for the speedup, in units of the budget
 BUDGETS = (0.5, 1, 2, 4)
 QUICK_BUDGETS = (0.5, 1, 2)
+# --reproduce: the relative difference in final loss allowed on other versions or devices
+TOLERANCE = 1e-3
 
 
 def run_id(workload, data, name, run: engine.Run) -> str:
@@ -61,8 +65,10 @@ def command(cfg) -> str:
 
 
 class Audit:
-    def __init__(self, cfg):
+    def __init__(self, cfg, check: set | None = None):
         self.cfg, self.out = cfg, pathlib.Path(cfg.out)
+        self.check = check  # run ids to retrain and compare (--reproduce); None: train the missing
+        self.checked = {}  # {run key: its result retrained}
         # AdamW's budgets, in units of the tuning budget
         self.budgets = QUICK_BUDGETS if cfg.quick else BUDGETS
         self.bar = None  # the progress bar over runs
@@ -82,32 +88,34 @@ class Audit:
 
     def train(self, wl, data, name, runs, cost) -> list[dict]:
         """The results of `runs` (one optimizer): from disk, or trained N at a time and saved."""
-        n = self.cfg.seeds
+        n, head = self.cfg.seeds, {"workload": wl.name, "optimizer": name}
         for group in engine.groups(wl, data, name, runs):
             for i in range(0, len(group.runs), n):
                 batch = group.runs[i : i + n]
                 # a full batch: one program per optimizer
                 pad = n - len(batch) if len(group.runs) > n else 0
                 work = sum(r.steps for r in batch) * cost
-                if not all(self.path(wl, data, name, r).exists() for r in batch):
-                    results = engine.run_group(
-                        wl, data, name, engine.Group(batch + batch[-1:] * pad, group.built)
-                    )
-                    (self.out / "runs").mkdir(parents=True, exist_ok=True)
-                    for r, result in zip(batch, results):  # a run already on disk keeps its record
-                        path = self.path(wl, data, name, r)
-                        if not path.exists():
-                            record = {
-                                "workload": wl.name,
-                                "optimizer": name,
-                                "hyperparams": r.hyperparams,
-                                "seed": r.seed,
-                                **result,
-                            }
-                            atomic.write(path, json.dumps(record))
+                paths = [self.path(wl, data, name, r) for r in batch]
+                # each run's identity: workload, optimizer, hyperparams, seed, steps
+                heads = [{**head, **r._asdict()} for r in batch]
+                keys = [report.run_key(h) for h in heads]
+                wanted = set(keys) & self.check if self.check is not None else None
+                if wanted or (wanted is None and not all(p.exists() for p in paths)):
+                    padded = engine.Group(batch + batch[-1:] * pad, group.built)
+                    results = engine.run_group(wl, data, name, padded)
+                    for h, path, key, result in zip(heads, paths, keys, results):
+                        if wanted is not None:  # --reproduce: compared, never written
+                            self.checked[key] = result
+                        elif not path.exists():  # a run already on disk keeps its record
+                            atomic.write(path, json.dumps({**h, **result}))
                     self.trained += work
                 self.tick(len(batch), work)
-        return [json.loads(self.path(wl, data, name, r).read_text()) for r in runs]
+        if self.check is None:
+            return [json.loads(self.path(wl, data, name, r).read_text()) for r in runs]
+        keys = [report.run_key({**head, **r._asdict()}) for r in runs]  # --reproduce: the records
+        if missing := [k for k in keys if k not in self.records]:
+            raise UsageError(f"--reproduce {self.out}: its results.json lacks run {missing[0]}")
+        return [self.records[k] for k in keys]
 
     def tick(self, runs, work):
         """Advance the bar; the time left is the work left at the rate of the work trained so
@@ -175,17 +183,23 @@ def _cost(wl, data) -> int:
     return examples * sum(x.size for x in jax.tree.leaves(model))
 
 
-def audit(cfg, progress: bool = True) -> pathlib.Path:
-    """Run (or resume) the audit `cfg` describes; returns the path of report.md."""
-    a = Audit(cfg)
+def audit(cfg, progress: bool = True, check: set | None = None, records=None):
+    """Run (or resume) the audit `cfg` describes; returns the path of report.md. With `check`
+    (run keys of the finished audit in cfg.out, whose results.json `records` holds), retrain the
+    batches holding them instead, write nothing, and return the Audit: `checked` holds their
+    new results."""
+    a = Audit(cfg, check)
+    a.records = records  # {run key: its record in results.json} (--reproduce)
     kinds = ("gpt", "image") if cfg.workload == "all" else (cfg.workload,)
     fresh = not a.out.exists()
     try:
         data = {k: workloads.load(k, cfg.data, workloads.CACHE, progress) for k in kinds}
         # the audit's identity: its options, with the data's content in place of its path
-        prints = ",".join(f"{k}:{d.fingerprint}" for k, d in data.items())
-        resume = (a.out / "config.json").exists()
-        claim(a.out, cfg, resume, again="--out", data=prints)
+        a.prints = ",".join(f"{k}:{d.fingerprint}" for k, d in data.items())
+        if check is None:
+            resume = (a.out / "config.json").exists()
+            claim(a.out, cfg, resume, "--out", data=a.prints, reproduce=None, sample=None)
+            (a.out / "runs").mkdir(exist_ok=True)
         variants = [
             (wl, data[wl.kind])
             for wl in workloads.WORKLOADS.values()
@@ -203,4 +217,50 @@ def audit(cfg, progress: bool = True) -> pathlib.Path:
         total=total, unit="run", desc="audit", disable=not progress, dynamic_ncols=True
     ) as a.bar:
         results = {wl.name: (wl, a.workload(wl, d, cfg.names)) for wl, d in variants}
-    return report.write(a.out, results, cfg, command(cfg), prints)
+    if check is not None:
+        return a
+    return report.write(a.out, results, cfg, command(cfg), a.prints)
+
+
+def reproduce(cfg, progress: bool = True) -> None:
+    """`frost audit --reproduce OUT`: retrain a seed-fixed random sample of `cfg.sample` of the
+    runs in OUT's results.json, each in the batch it was trained in (so on the same versions and
+    device kind the numbers are the same bit for bit), and compare them with their records.
+    Prints the provenance fields that differ, then a line per run; raises FrostError (exit 1)
+    when a run differs."""
+    out = pathlib.Path(cfg.reproduce)
+    try:
+        saved = json.loads((out / "results.json").read_text())
+        options = json.loads((out / "config.json").read_text())
+        made, records = saved["provenance"], {report.run_key(r): r for r in saved["runs"]}
+    except (OSError, KeyError, json.JSONDecodeError) as e:
+        raise UsageError(f"--reproduce {out}: not a finished audit ({e!r})") from None
+    sample = set(random.Random(0).sample(sorted(records), min(cfg.sample, len(records))))
+    options.update(data=cfg.data, out=str(out), reproduce=None, sample=cfg.sample)
+    lists = {k: tuple(v) for k, v in options.items() if isinstance(v, list)}  # JSON: tuples lists
+    a = audit(type(cfg)(**{**options, **lists}), progress, sample, records)
+    now = report.provenance(a.prints)
+    changed = [k for k in now if made.get(k) != now[k]]
+    exact = not set(changed) & {"jax", "jaxlib", "xla_flags", "devices", "host"}
+    for k in changed:
+        print(f"provenance {k}: {made.get(k)!r}, now {now[k]!r}")
+    bad = 0
+    for i in sorted(sample):
+        was, new = records[i], a.checked.get(i)
+        if new is None:  # its protocol or optimizer code changed: it is not in the plan
+            verdict = "DIFFERS: not in the audit's plan on this code"
+        elif (new["diverged"], new["final_loss"]) == (was["diverged"], was["final_loss"]):
+            verdict = "matches bit for bit"
+        elif (
+            not exact
+            and None not in (new["final_loss"], was["final_loss"])
+            and math.isclose(new["final_loss"], was["final_loss"], rel_tol=TOLERANCE)
+        ):
+            verdict = f"matches within {TOLERANCE:g} (relative; other versions, devices or CPU)"
+        else:
+            verdict = f"DIFFERS: final loss {was['final_loss']!r}, now {new['final_loss']!r}"
+        bad += verdict.startswith("DIFFERS")
+        print("{} {} {} seed {}, {} steps: ".format(*(was[k] for k in report.KEY)) + verdict)
+    if bad:
+        raise FrostError(f"--reproduce {out}: {bad} of {len(sample)} runs do not reproduce")
+    print(f"--reproduce {out}: all {len(sample)} runs reproduce")
