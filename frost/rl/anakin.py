@@ -91,6 +91,16 @@ def episode_metrics(reward, done, running, last) -> tuple[jax.Array, jax.Array, 
     )
 
 
+def start(env, network, cfg: AgentConfig, key) -> tuple:
+    """An agent's start on `env`: (model, obs, env_state, key), `network(obs_shape, num_actions,
+    cfg.hidden, key=)` built from one key, `cfg.num_envs` envs reset from another, and the key
+    left for the runner to carry."""
+    k_model, k_env, key = jax.random.split(key, 3)
+    model = network(env.observation_shape, env.num_actions, cfg.hidden, key=k_model)
+    obs, state = jax.vmap(env.reset)(jax.random.split(k_env, cfg.num_envs))
+    return model, obs, state, key
+
+
 def gradient_step(opt, loss, model, opt_state, *args) -> tuple:
     """One step of optimizer `opt` on `loss(model, *args) -> (loss, metrics)`: ((model, opt_state),
     metrics), the model and state after the step."""

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from frost import nn, optim
-from frost.rl.anakin import AgentConfig, episode_metrics, gradient_step, mlp, step_envs
+from frost.rl.anakin import AgentConfig, episode_metrics, gradient_step, mlp, start, step_envs
 from frost.tree import where
 
 
@@ -102,9 +102,7 @@ def anakin(env, cfg: Config) -> tuple[Callable, Callable]:
     opt, B, cap = optim.adam(cfg.lr), cfg.num_envs, cfg.buffer_size
 
     def init(key):
-        k_model, k_env, key = jax.random.split(key, 3)
-        model = network(env.observation_shape, env.num_actions, cfg.hidden, key=k_model)
-        obs, state = jax.vmap(env.reset)(jax.random.split(k_env, B))
+        model, obs, state, key = start(env, network, cfg, key)
         row = Transition(obs[0], jnp.int32(0), jnp.float32(0), jnp.bool_(False), obs[0])
         buffer = jax.tree.map(lambda x: jnp.zeros((cap, *x.shape), x.dtype), row)
         running, last, t = jnp.zeros(B), jnp.zeros(()), jnp.zeros((), jnp.int32)

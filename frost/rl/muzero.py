@@ -30,7 +30,7 @@ import jax.numpy as jnp
 
 from frost import nn, optim
 from frost.rl import search
-from frost.rl.anakin import AgentConfig, episode_metrics, gradient_step, mlp, step_envs
+from frost.rl.anakin import AgentConfig, episode_metrics, gradient_step, mlp, start, step_envs
 from frost.tree import where
 
 SIMULATIONS = 4  # Gumbel MuZero learns with few (Danihelka et al. train with 2)
@@ -184,9 +184,7 @@ def anakin(env, cfg: Config) -> tuple[Callable, Callable]:
     B, L, span = cfg.num_envs, cfg.buffer_steps, cfg.unroll + cfg.td_steps + 1
 
     def init(key):
-        k_model, k_env, key = jax.random.split(key, 3)
-        model = network(env.observation_shape, env.num_actions, cfg.hidden, key=k_model)
-        obs, state = jax.vmap(env.reset)(jax.random.split(k_env, B))
+        model, obs, state, key = start(env, network, cfg, key)
         policy = jnp.zeros(env.num_actions)
         row = Trajectory(obs[0], jnp.int32(0), jnp.float32(0), jnp.bool_(False), policy)
         ring = jax.tree.map(lambda x: jnp.zeros((L, B, *x.shape), x.dtype), row)

@@ -23,7 +23,7 @@ from jax import lax
 
 from frost import nn, optim
 from frost.rl.actors import Actors
-from frost.rl.anakin import AgentConfig, episode_metrics, gradient_step, jit, mlp, step_envs
+from frost.rl.anakin import AgentConfig, episode_metrics, gradient_step, jit, mlp, start, step_envs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -186,9 +186,7 @@ def anakin(env, cfg: Config) -> tuple[Callable, Callable]:
     opt, B = optimizer(cfg), cfg.num_envs
 
     def init(key):
-        k_model, k_env, key = jax.random.split(key, 3)
-        model = ActorCritic(env.observation_shape, env.num_actions, cfg.hidden, key=k_model)
-        obs, state = jax.vmap(env.reset)(jax.random.split(k_env, B))
+        model, obs, state, key = start(env, ActorCritic, cfg, key)
         return Runner(model, opt.init(model), obs, state, jnp.zeros(B), jnp.zeros(()), key)
 
     def env_step(r: Runner, _):
