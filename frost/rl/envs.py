@@ -148,11 +148,11 @@ class Breakout(Env):
     MinAtar has no time limit; evaluation stops at 1000 steps."""
 
     observation_shape, num_actions, eval_steps = (10, 10, 4), 3, 1000
-    FLIP_X, FLIP_Y, PADDLE_EDGE = (
-        (1, 0, 3, 2),
-        (3, 2, 1, 0),
-        (2, 3, 0, 1),
-    )  # new direction per old one
+    # the new direction per old one: off a side wall, off the top (or a brick, or the paddle's
+    # centre), off the paddle's edge
+    FLIP_X = (1, 0, 3, 2)
+    FLIP_Y = (3, 2, 1, 0)
+    PADDLE_EDGE = (2, 3, 0, 1)
 
     def init(self, key):
         # start at (0, 3) going down-right or (9, 3) down-left
@@ -162,9 +162,7 @@ class Breakout(Env):
         return BreakoutState(x, y, 2 + right, x, y, i32(4), bricks, jnp.zeros((), bool))
 
     def transition(self, s, action):
-        flip_x, flip_y, edge = (
-            jnp.array(t, i32) for t in (self.FLIP_X, self.FLIP_Y, self.PADDLE_EDGE)
-        )
+        flip_x, flip_y, edge = jnp.array([self.FLIP_X, self.FLIP_Y, self.PADDLE_EDGE], i32)
         paddle = jnp.clip(s.paddle + jnp.where(action == 1, -1, jnp.where(action == 2, 1, 0)), 0, 9)
         x = s.ball_x + jnp.array([-1, 1, 1, -1], i32)[s.ball_dir]
         y = s.ball_y + jnp.array([-1, -1, 1, 1], i32)[s.ball_dir]
