@@ -78,11 +78,9 @@ def _act(recv, send, slots, blob):
                 # row's numbers are the same for any actor count (XLA's CPU dot rounds by batch
                 # size). own: this actor's rows of the policy's batch; ids: the envs of the batch's
                 # rows.
-                own, ids = (
-                    (mine, np.arange(num_envs))
-                    if deterministic
-                    else (slice(None), np.arange(num_envs)[mine])
-                )
+                own, ids = mine, np.arange(num_envs)
+                if not deterministic:
+                    own, ids = slice(None), ids[mine]
                 envs = [make_env() for _ in range(b)]
                 obs = np.stack(
                     [env.reset(seed=seed + i)[0] for i, env in enumerate(envs, w * b)]
@@ -96,13 +94,12 @@ def _act(recv, send, slots, blob):
                 out["obs"][t], out["action"][t], out["logp"][t] = obs, action, logp
                 for i, env in enumerate(envs):
                     o, r, terminated, truncated, _ = env.step(int(action[i]))
+                    done = terminated or truncated
                     running[i] += r
-                    out["reward"][t, i], out["done"][t, i], out["ret"][t, i] = (
-                        r,
-                        terminated or truncated,
-                        running[i],
-                    )
-                    if terminated or truncated:
+                    out["reward"][t, i] = r
+                    out["done"][t, i] = done
+                    out["ret"][t, i] = running[i]
+                    if done:
                         o, running[i] = env.reset()[0], 0.0
                     obs[i] = o
             out["ret"] *= out["done"]
