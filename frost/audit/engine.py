@@ -113,8 +113,8 @@ def probe(workload, data, name, hyperparams: dict) -> None:
     """Refuse an optimizer that cannot run, before any training: the very path a run takes (its
     stacked init, a chunk of vmapped training steps, its evaluation parameters), built as the
     trial `hyperparams` would be, is traced on the workload's shapes (jax.eval_shape: nothing is
-    computed). Raises a one-line UsageError naming
-    the exception and where the user's code raised it."""
+    computed). Raises a one-line UsageError naming the exception and where the user's code raised
+    it."""
     entry = resolve(name)
     try:
         (group,) = groups(workload, data, name, [Run(hyperparams, 0, CHUNK)])
@@ -211,25 +211,25 @@ def run_group(workload, data, name, group: Group, max_runs: int | None = None) -
         ]
     steps, axes = runs[0].steps, tuple(runs[0].hyperparams)
     opt = _make(workload, data, name, built, axes)
-    carry, arrays = _init(workload, data, name, opt, runs), data.arrays
-    shapes = tuple(v.shape for v in arrays.values())
+    carry = _init(workload, data, name, opt, runs)
+    shapes = tuple(v.shape for v in data.arrays.values())
     tag = (workload.name, shapes, name, tuple(sorted(built.items())), len(runs))
     if tag not in _programs:
         chunk = _program(workload, data, name, built, axes, workload.threshold(data))
-        _programs[tag] = chunk.lower(carry, _steps(0), arrays, np.int32(steps)).compile()
+        _programs[tag] = chunk.lower(carry, _steps(0), data.arrays, np.int32(steps)).compile()
     program, stats = _programs[tag], _programs[tag].memory_analysis()
     need = stats.argument_size_in_bytes + stats.output_size_in_bytes + stats.temp_size_in_bytes
     if len(runs) > 1 and need > 0.5 * memory():
         return run_group(workload, data, name, group, max(len(runs) // 2, 1))
     start, curve = time.perf_counter(), []
     for t0 in range(0, steps, CHUNK):
-        carry, losses = program(carry, _steps(t0), arrays, np.int32(steps))
+        carry, losses = program(carry, _steps(t0), data.arrays, np.int32(steps))
         curve.append(np.asarray(losses).mean(0))  # (K,)
         if (np.asarray(carry[-1]) >= 0).all():
             break  # every run has diverged
     if workload.name not in _evals:
         _evals[workload.name] = jax.jit(jax.vmap(workload.eval_loss, in_axes=(0, None)))
-    final = np.asarray(_evals[workload.name](_eval_params(opt, carry), arrays))
+    final = np.asarray(_evals[workload.name](_eval_params(opt, carry), data.arrays))
     seconds = (time.perf_counter() - start) / len(runs)
     bad = np.asarray(carry[-1])
     bad = np.where((bad < 0) & ~np.isfinite(final), steps - 1, bad)

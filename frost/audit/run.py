@@ -65,9 +65,10 @@ def command(cfg) -> str:
 
 
 class Audit:
-    def __init__(self, cfg, check: set | None = None):
+    def __init__(self, cfg, check: set | None = None, records: dict | None = None):
         self.cfg, self.out = cfg, pathlib.Path(cfg.out)
-        self.check = check  # run ids to retrain and compare (--reproduce); None: train the missing
+        self.check = check  # run keys to retrain and compare (--reproduce); None: train the missing
+        self.records = records  # {run key: its record in OUT's results.json} (--reproduce)
         self.checked = {}  # {run key: its result retrained}
         # AdamW's budgets, in units of the tuning budget
         self.budgets = QUICK_BUDGETS if cfg.quick else BUDGETS
@@ -188,8 +189,7 @@ def audit(cfg, progress: bool = True, check: set | None = None, records=None):
     (run keys of the finished audit in cfg.out, whose results.json `records` holds), retrain the
     batches holding them instead, write nothing, and return the Audit: `checked` holds their
     new results."""
-    a = Audit(cfg, check)
-    a.records = records  # {run key: its record in results.json} (--reproduce)
+    a = Audit(cfg, check, records)
     kinds = ("gpt", "image") if cfg.workload == "all" else (cfg.workload,)
     fresh = not a.out.exists()
     try:
