@@ -62,11 +62,8 @@ def _is_key(leaf) -> bool:
 def _spec(leaf) -> tuple[str, tuple]:
     """(dtype name, shape) as stored: PRNG keys as their key data. Works on arrays and
     ShapeDtypeStructs."""
-    if _is_key(leaf):  # key_impl takes arrays only; a ShapeDtypeStruct's key dtype names its impl
-        impl = (
-            str(jax.random.key_impl(leaf)) if isinstance(leaf, jax.Array) else leaf.dtype._impl.name
-        )
-        return "key:" + impl, tuple(leaf.shape) + (2,)
+    if _is_key(leaf):  # a key dtype names its impl, on arrays and ShapeDtypeStructs alike
+        return "key:" + leaf.dtype._impl.name, tuple(leaf.shape) + (2,)
     return np.dtype(leaf.dtype).name, tuple(leaf.shape)
 
 
@@ -82,6 +79,11 @@ def _sha256(array: np.ndarray) -> str:
 def _bounds(index, shape) -> tuple:
     """A tuple of slices over `shape` -> ((start, stop), ...)."""
     return tuple(s.indices(n)[:2] for s, n in zip(index, shape))
+
+
+def _window(lo, hi, bounds) -> tuple:
+    """The slices that cut [lo, hi) per axis out of the block at `bounds` ((start, stop), ...)."""
+    return tuple(slice(low - a, high - a) for low, high, (a, _) in zip(lo, hi, bounds))
 
 
 def _describe(leaf):
@@ -293,11 +295,7 @@ def _assemble(name: str, entry: dict, leaf, read: _Reader) -> jax.Array:
                 continue
             if k not in cache:
                 cache[k] = read(name, shard)
-            data = cache[k]
-            target = tuple(slice(low - a, high - a) for low, high, (a, _) in zip(lo, hi, bounds))
-            out[target] = data[
-                tuple(slice(low - c, high - c) for low, high, (c, _) in zip(lo, hi, shard["index"]))
-            ]
+            out[_window(lo, hi, bounds)] = cache[k][_window(lo, hi, shard["index"])]
         return out.view(jnp.bfloat16) if dtype == "bfloat16" else out
 
     sharding = getattr(leaf, "sharding", None)
