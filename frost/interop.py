@@ -38,11 +38,8 @@ GPT2_LAYERS = {
     "fc": "mlp.c_fc",
     "out": "mlp.c_proj",
 }
-GPT2_GELU = {
-    "gelu_new": True,
-    "gelu_pytorch_tanh": True,
-    "gelu": False,
-}  # name -> tanh approximation?
+# activation_function -> tanh approximation?
+GPT2_GELU = {"gelu_new": True, "gelu_pytorch_tanh": True, "gelu": False}
 # Frost layout -> torch's, by rank: (in, out) -> (out, in); (kh, kw, in, out) -> (out, in, kh, kw);
 # and back
 TORCH_AXES, FROST_AXES = {2: (1, 0), 4: (3, 2, 0, 1)}, {2: (1, 0), 4: (2, 3, 1, 0)}
@@ -241,9 +238,8 @@ def load_hf_gpt2(path, dtype=jnp.float32) -> gpt.GPT:
         }
     template = jax.eval_shape(lambda k: gpt.GPT(**options, key=k), jax.random.key(0))
     template = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, dtype), template)
-    ignore = (".attn.bias", ".attn.masked_bias") + (
-        ("lm_head.weight",) if options["tie_weights"] else ()
-    )
+    # the causal-mask buffers, and a tied model's lm_head (an untied one's is a wanted key)
+    ignore = (".attn.bias", ".attn.masked_bias", "lm_head.weight")
     return _fill(template, weights, _gpt2_name, path, ignore)
 
 
