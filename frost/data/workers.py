@@ -49,11 +49,8 @@ class Layout:
     buffer."""
 
     def __init__(self, sample, rows):
-        self.keys = None  # a single array
-        if isinstance(sample, dict):
-            self.keys = tuple(sample)
-        elif isinstance(sample, (tuple, list)):
-            self.keys = len(sample)
+        self.single = not isinstance(sample, (dict, tuple, list))  # a single array
+        self.keys = tuple(sample) if isinstance(sample, dict) else None  # a dict sample's
         self.fields = [(np.shape(x), np.asarray(x).dtype) for x in fields_of(sample)]
         self.rows, self.offsets, end = rows, [], 0
         for shape, dtype in self.fields:
@@ -68,9 +65,9 @@ class Layout:
         ]
 
     def pack(self, leaves):
-        if self.keys is None:
+        if self.single:
             return leaves[0]
-        return tuple(leaves) if isinstance(self.keys, int) else dict(zip(self.keys, leaves))
+        return tuple(leaves) if self.keys is None else dict(zip(self.keys, leaves))
 
 
 def _worker_main(conn, first: bool):
