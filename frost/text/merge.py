@@ -24,11 +24,11 @@ with the rows used. All int64; p, e, t index rows:
     E[e] = (word, next)               linked lists of the words that hold pair p (from P[p].head);
                                       may hold stale words, which are skipped when merged
     H[:n] = (count, key)              lazy max-heap: a popped entry whose count is out of date is
-    re-pushed T[t] = (hash, same, pos, len, pow)  token t: a polynomial hash of its bytes (byhash:
-    hash -> the
-                                      newest token with it, `same` the one before), its bytes at
-                                      orig[pos:pos + len] (each symbol's byte offset is kept in
-                                      `pos`)
+                                      re-pushed
+    T[t] = (hash, same, pos, len, pow)  token t: a polynomial hash of its bytes (byhash: hash ->
+                                      the newest token with it, `same` the one before), its bytes
+                                      at orig[pos:pos + len] (each symbol's byte offset is kept
+                                      in `pos`)
 """
 
 import warnings
@@ -212,28 +212,23 @@ def merge_loop(sym, starts, wcount, n_tokens, progress) -> np.ndarray:
     S = sym.shape[0]
     # pairs, list entries, heap entries: at most S initial ones + 2 per merged occurrence
     rows = 3 * S + 16
-    # hash tables larger than what they can hold (so never full): pairs at most `rows`
-    P = np.empty((rows, 4), np.int64)
-    E = np.empty((rows, 2), np.int64)
-    H = np.empty((rows, 2), np.int64)
-    # each token's bytes are somewhere here
-    orig = np.concatenate([sym, np.arange(256, dtype=sym.dtype)])
     out = np.empty((S + 16, 3), np.int64)
     m = _loop(
         sym,
-        np.arange(S),
-        orig,
+        np.arange(S),  # pos
+        np.concatenate([sym, np.arange(256, dtype=sym.dtype)]),  # orig: every token's bytes
         starts,
-        np.diff(starts),
+        np.diff(starts),  # wlen
         wcount,
-        P,
-        E,
-        H,
-        np.empty((n_tokens, 5), np.int64),
-        np.full(1 << rows.bit_length(), -1, np.int64),
-        np.full(1 << (4 * n_tokens).bit_length(), -1, np.int64),
-        np.zeros(2, np.int64),
-        np.empty(rows, np.int64),
+        np.empty((rows, 4), np.int64),  # P
+        np.empty((rows, 2), np.int64),  # E
+        np.empty((rows, 2), np.int64),  # H
+        np.empty((n_tokens, 5), np.int64),  # T
+        # the hash tables, larger than what they can hold (pairs: at most `rows`), so never full
+        np.full(1 << rows.bit_length(), -1, np.int64),  # table
+        np.full(1 << (4 * n_tokens).bit_length(), -1, np.int64),  # byhash
+        np.zeros(2, np.int64),  # size
+        np.empty(rows, np.int64),  # touched
         out,
         progress,
     )
