@@ -83,9 +83,7 @@ def _need_params(name, params):
 
 def all_finite(tree) -> jax.Array:
     """A boolean scalar: True when no leaf of `tree` holds a NaN or an Inf."""
-    return jnp.all(
-        jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)] or [jnp.array(True)])
-    )
+    return jnp.all(jnp.array([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)], bool))
 
 
 def global_norm(tree) -> jax.Array:
