@@ -62,11 +62,10 @@ def buffer_mask(tree) -> Any:
             return jax.tree.map(lambda _: True, value)
         return buffer_mask(value)
 
-    return jax.tree.map(
-        lambda x: map_children(x, child) if isinstance(x, Module) else False,
-        tree,
-        is_leaf=is_module,
-    )
+    def node(x):  # a module (its children masked field by field) or a leaf outside any buffer
+        return map_children(x, child) if isinstance(x, Module) else False
+
+    return jax.tree.map(node, tree, is_leaf=is_module)
 
 
 def trainable_mask(tree) -> Any:
