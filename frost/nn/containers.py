@@ -53,11 +53,8 @@ log_softmax = jax.nn.log_softmax
 
 
 def _activation(name, fn):
-    return type(
-        name,
-        (Module,),
-        {"__call__": lambda self, x: fn(x), "__doc__": f"{name} activation as a module."},
-    )
+    doc = f"{name} activation as a module."
+    return type(name, (Module,), {"__call__": lambda self, x: fn(x), "__doc__": doc})
 
 
 ReLU = _activation("ReLU", relu)
