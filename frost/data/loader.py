@@ -164,9 +164,8 @@ class Loader(contextlib.AbstractContextManager):
         epoch = self.epoch
         while self.epoch == epoch and len(self):
             batch = self._take()
-            self.epoch, self.batch = (
-                (epoch, self.batch + 1) if self.batch + 1 < len(self) else (epoch + 1, 0)
-            )
+            # one batch on, counting through the epochs: (epoch, last) is followed by (epoch + 1, 0)
+            self.epoch, self.batch = divmod(epoch * len(self) + self.batch + 1, len(self))
             yield batch
 
     def state(self) -> dict:
@@ -257,7 +256,7 @@ class Loader(contextlib.AbstractContextManager):
         epoch, k = self._next
         self._pool.submit(w, (slot, epoch, self.sampler.batch(epoch, k)))
         self._busy[slot] = self._next, w
-        self._next = (epoch, k + 1) if k + 1 < len(self) else (epoch + 1, 0)
+        self._next = divmod(epoch * len(self) + k + 1, len(self))  # one on, as in __iter__
 
 
 def prefetch_to_device(batches, sharding=None, size: int = 2) -> Iterator:
