@@ -159,10 +159,9 @@ class Processes:
                     answers.append((w, conn.recv()))
         if answers:
             return answers
-        dead = (
-            w for w, p in enumerate(self.procs) if p.sentinel in ready or self.conns[w] in ready
-        )
-        raise self._died(next(dead))
+        for w, proc in enumerate(self.procs):  # a worker died: its sentinel or pipe is ready
+            if proc.sentinel in ready or self.conns[w] in ready:
+                raise self._died(w)
 
     def _died(self, w):
         proc = self.procs[w]
