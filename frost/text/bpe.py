@@ -257,12 +257,9 @@ def train_counts(
     if np.any(wcount < 0):
         raise UsageError("chunk counts must be non-negative")
     done = np.zeros(1, np.int64)
-    with (
-        ThreadPoolExecutor(1) as pool,
-        _bar(progress, "merging", "tok", total=n_tokens - 256) as bar,
-    ):
+    with ThreadPoolExecutor(1) as ex, _bar(progress, "merging", "tok", total=n_tokens - 256) as bar:
         # it releases the GIL
-        merging = pool.submit(merge_loop, sym, starts, wcount, n_tokens, done)
+        merging = ex.submit(merge_loop, sym, starts, wcount, n_tokens, done)
         while bar is not None and not merging.done():  # this thread moves the bar
             wait([merging], 0.1)
             bar.update(max(0, int(done[0]) - 256 - bar.n))
