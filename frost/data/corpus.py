@@ -269,14 +269,15 @@ def prepare(files, tok, cache, key="text", column="text", workers=None, progress
 
 def _encode(files, tok, folder: pathlib.Path, key, column, workers) -> dict:
     base, dtype = getattr(tok, "tok", tok), text.token_dtype(tok.vocab_size)
-    renumber = np.asarray(tok.ids, np.int64) if hasattr(tok, "ids") else None
+    # Frost id -> the id written: a GPT-2 tokenizer's own numbering (load_gpt2), else the same
+    renumber = np.asarray(getattr(tok, "ids", range(base.vocab_size)), np.int64)
     shards = {"train": [], "val": []}
     batches, texts = tee(_batches(files, key, column))
     docs = 0
     encoded = base.encode_flat((t for t, _ in texts), special="text", workers=workers)
     for (_, ends), (flat, lengths) in zip(batches, encoded):
-        ids = np.insert(flat, np.cumsum(lengths)[ends], base.special[EOT])  # each document + EOT
-        ids = ids if renumber is None else renumber[ids]
+        # each document + EOT
+        ids = renumber[np.insert(flat, np.cumsum(lengths)[ends], base.special[EOT])]
         doc = docs + np.cumsum(ends) - ends  # (pieces,) the document of each piece
         val = np.repeat(doc % VAL_EVERY == VAL_EVERY - 1, lengths + ends)  # (tokens,)
         _append(folder, shards["train"], "train", ids[~val], dtype)
