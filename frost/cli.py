@@ -20,12 +20,8 @@ import traceback
 
 from frost.config import FrostError, UsageError
 
-TOPICS = (
-    "frost.train.cli",
-    "frost.text.cli",
-    "frost.rl.cli",
-    "frost.audit.cli",
-)  # each has add_commands(subparsers)
+# each has add_commands(subparsers)
+TOPICS = ("frost.train.cli", "frost.text.cli", "frost.rl.cli", "frost.audit.cli")
 
 
 def _build_parser() -> argparse.ArgumentParser:
