@@ -80,10 +80,8 @@ def _fill(out, source, transform, seed, epoch, indices):
                 field[row] = x
         except Exception as e:
             name = source.name_of(index) if hasattr(source, "name_of") else None
-            e.add_note(
-                f"frost.data: while loading sample index {index}{f' ({name})' if name else ''} "
-                f"(epoch {epoch})"
-            )
+            where = f" ({name})" if name else ""
+            e.add_note(f"frost.data: while loading sample index {index}{where} (epoch {epoch})")
             e.frost_index = index
             raise
 
