@@ -45,10 +45,8 @@ def write(path, data) -> pathlib.Path:
     a token file larger than memory) atomically and durably."""
     path = pathlib.Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with (
-        _renaming(tmp, path, lambda tmp: tmp.unlink(missing_ok=True)),
-        open(tmp, "wb") as f,
-    ):  # mode 0o666 - umask
+    # open(): mode 0o666 - umask
+    with _renaming(tmp, path, lambda tmp: tmp.unlink(missing_ok=True)), open(tmp, "wb") as f:
         for part in [data] if isinstance(data, (bytes, bytearray, memoryview, str)) else data:
             f.write(part.encode("utf-8") if isinstance(part, str) else part)
         f.flush()
