@@ -85,11 +85,8 @@ def prepare_text(
         atomic.write(pathlib.Path(folder) / part, ids.tobytes())
     text.save(tok, tok_path)
     if progress:
-        print(
-            f"tokenizer: {tok.vocab_size} tokens, trained and applied in "
-            f"{time.perf_counter() - start:.1f} s",
-            flush=True,
-        )
+        took = f"{time.perf_counter() - start:.1f} s"
+        print(f"tokenizer: {tok.vocab_size} tokens, trained and applied in {took}", flush=True)
     return tok
 
 
