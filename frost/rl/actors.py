@@ -169,9 +169,8 @@ class Actors:
     def _picked(self):
         if not self.deterministic:
             return list(self.arrived)[: self.actors] if len(self.arrived) >= self.actors else None
-        first = {
-            a[0]: a for a in reversed(self.arrived)
-        }  # each actor's oldest ready rollout (written last)
+        # each actor's oldest ready rollout (written last)
+        first = {a[0]: a for a in reversed(self.arrived)}
         return [first[w] for w in range(self.actors)] if len(first) == self.actors else None
 
     def collect(self):
@@ -183,9 +182,8 @@ class Actors:
                     raise WorkerError(f"actor {w} failed; its traceback:\n{trace}", traceback=trace)
                 self.arrived.append((w, slot, version))
         parts = [self.layout.pack([x[0] for x in self.pool.slots[slot]]) for _, slot, _ in picked]
-        rollout = {
-            k: np.concatenate([p[k] for p in parts], axis=1) for k in FIELDS
-        }  # copies out of the slots
+        # copies out of the slots
+        rollout = {k: np.concatenate([p[k] for p in parts], axis=1) for k in FIELDS}
         for w, slot, version in picked:
             self.arrived.remove((w, slot, version))
             self.free[w].append(slot)
