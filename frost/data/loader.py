@@ -172,17 +172,15 @@ class Loader(contextlib.AbstractContextManager):
         return {"epoch": self.epoch, "batch": self.batch, **stream}
 
     def _restore(self, state):
-        wrong = [
+        wrong = "; ".join(
             f"{k}={state.get(k)!r} in the state, {getattr(self.sampler, k)!r} here"
             for k in STREAM
             if state.get(k) != getattr(self.sampler, k)
-        ]
+        )
         if wrong:
             raise ValueError(
-                "cannot resume: the state was saved from a different stream ("
-                + "; ".join(wrong)
-                + "); build the loader with the same source, batch_size, seed, shuffle and "
-                "drop_last"
+                f"cannot resume: the state was saved from a different stream ({wrong}); build the "
+                "loader with the same source, batch_size, seed, shuffle and drop_last"
             )
         if not 0 <= state["batch"] < max(len(self), 1):
             raise ValueError(
