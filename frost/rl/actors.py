@@ -131,17 +131,16 @@ class Actors:
         obs = np.asarray(probe.reset(seed=seed)[0])
         self.observation_shape, self.num_actions = obs.shape, int(probe.action_space.n)
         getattr(probe, "close", lambda: None)()
+        b = num_envs // actors  # envs per actor
         try:
-            blob = pickle.dumps(
-                (make_env, act, num_envs, num_envs // actors, steps, seed, deterministic)
-            )
+            blob = pickle.dumps((make_env, act, num_envs, b, steps, seed, deterministic))
         except Exception as e:
             e.add_note(
                 "frost.rl: the env factory is pickled for the actor processes: use a module-level "
                 "function or functools.partial, not a lambda"
             )
             raise
-        self.layout = Layout(rollout_arrays(obs, steps, num_envs // actors), 1)
+        self.layout = Layout(rollout_arrays(obs, steps, b), 1)
         self.actors, self.depth, self.deterministic = actors, depth, deterministic
         self.pool = Processes(
             actors, _act, (blob,), self.layout, actors * depth, None, role="actor"
