@@ -90,9 +90,8 @@ class Resize:
         h, w = self.size
         if image.shape[:2] == (h, w):
             return image
-        out = Image.fromarray(image[..., 0] if image.shape[2] == 1 else image).resize(
-            (w, h), Image.BILINEAR
-        )
+        pixels = image[..., 0] if image.shape[2] == 1 else image  # Pillow takes grey as (H, W)
+        out = Image.fromarray(pixels).resize((w, h), Image.BILINEAR)
         # a grey image gets its channel axis back
         return np.asarray(out).reshape(h, w, image.shape[2])
 
