@@ -129,11 +129,10 @@ def _encode(args) -> int:
 def _checked(cfg, corpus) -> int:
     """The corpus files' total size; UsageError, before any work, if one is missing, or an output's
     folder."""
-    for out in (cfg.output, getattr(cfg, "hf", None)):
-        if out and not os.path.isdir(os.path.dirname(os.path.abspath(out))):
-            raise UsageError(
-                f"{out}: there is no folder {os.path.dirname(os.path.abspath(out))} to write it in"
-            )
+    for out in filter(None, (cfg.output, getattr(cfg, "hf", None))):
+        folder = os.path.dirname(os.path.abspath(out))
+        if not os.path.isdir(folder):
+            raise UsageError(f"{out}: there is no folder {folder} to write it in")
     try:
         return sum(os.path.getsize(p) for p in corpus)
     except OSError as e:
