@@ -35,8 +35,7 @@ def plot(run_dir, out=None) -> pathlib.Path:
             style = "-" if label == "train" else "o-"
             ax.plot([r["step"] for r in rows], [r[key] for r in rows], style, label=label)
     for ax, name in ((ax_loss, "loss"), (ax_acc, "accuracy")):
-        ax.set_xlabel("step")
-        ax.set_ylabel(name)
+        ax.set(xlabel="step", ylabel=name)
         ax.grid(alpha=0.3)
         ax.legend()
     fig.suptitle(str(run_dir))
