@@ -48,8 +48,7 @@ def fashion_mnist(split: str = "train"):
         "Install it with `sudo apt-get install dataset-fashion-mnist` (Debian/Ubuntu), or set "
         "FROST_DATA to a directory holding the four IDX files."
     )
-    paths = _find(_FASHION, split, dirs, "Fashion-MNIST", how)
-    return read_idx_pair(*paths)
+    return read_idx_pair(*_find(_FASHION, split, dirs, "Fashion-MNIST", how))
 
 
 def cifar10(split: str = "train", root=None):
