@@ -115,15 +115,12 @@ def step_envs(env, key, state, action) -> tuple:
     return jax.vmap(env.step)(jax.random.split(key, action.shape[0]), state, action)[:4]
 
 
-def chunk_size(iterations: int, calls: int = 20) -> int:
-    """The largest divisor of `iterations` that is at most iterations / calls (at least 1)."""
-    return max(d for d in range(1, max(iterations // calls, 1) + 1) if iterations % d == 0)
-
-
 def run(init, iteration, seeds, iterations: int, on_chunk=None, chunk: int | None = None) -> Any:
-    """Train one runner per seed for `iterations` iterations; `on_chunk(runner, metrics, done)`
-    after each call, with metrics (seeds, chunk, ...) and `done` iterations so far."""
-    chunk = chunk or chunk_size(iterations)
+    """Train one runner per seed for `iterations` iterations, `chunk` of them a call (by default
+    the largest divisor of `iterations` that is at most iterations / 20, at least 1: about 20
+    calls); `on_chunk(runner, metrics, done)` after each call, with metrics (seeds, chunk, ...) and
+    `done` iterations so far."""
+    chunk = chunk or max(d for d in range(1, max(iterations // 20, 1) + 1) if iterations % d == 0)
     devices = jax.devices()[: math.gcd(len(seeds), jax.device_count())]
     # the seed axis split over them
     seeded = parallel.batch_sharding(parallel.make_mesh(devices=devices))
