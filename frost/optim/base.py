@@ -232,13 +232,8 @@ def _hyper_keys(state) -> dict:
 
 def get_hyperparams(state) -> dict:
     """{name: float32 scalar} of every hyper-parameter stored in an optimizer state."""
-    keys = _hyper_keys(state)
-    return {
-        keys[prefix, n]: getattr(s, n)
-        for s, prefix in _named_states(state)
-        for n in s._fields
-        if (prefix, n) in keys
-    }
+    values = {(prefix, n): getattr(s, n) for s, prefix in _named_states(state) for n in s._fields}
+    return {key: values[prefix, n] for (prefix, n), key in _hyper_keys(state).items()}
 
 
 def set_hyperparams(state, **values):
