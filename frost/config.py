@@ -174,11 +174,8 @@ def from_args(
     """Build `cls` from the options given on the command line (plus `fixed` values). An option
     given that neither `cls` nor a class in `also` (the command's other configs, built by their
     own `from_args`) has a field for is refused, never ignored."""
-    given = {
-        k: getattr(args, k)
-        for k in getattr(args, "_config_options", ())
-        if getattr(args, k) is not None
-    }
+    options = getattr(args, "_config_options", ())
+    given = {k: v for k, v in vars(args).items() if k in options and v is not None}
     mine = {f.name for f in dataclasses.fields(cls)}
     others = {f.name for other in also for f in dataclasses.fields(other)}
     stray = sorted(set(given) - mine - others)
