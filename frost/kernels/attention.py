@@ -223,14 +223,10 @@ def _forward_kernel(
         o = alpha[:, None] * o + plgpu.dot(p.astype(v.dtype), v)
         return o, m_new, alpha * total + p.sum(axis=-1)
 
-    init = (
-        jnp.zeros(q.shape, jnp.float32),
-        jnp.full((block_q,), -jnp.inf, jnp.float32),
-        jnp.zeros((block_q,), jnp.float32),
-    )
-    o, m, total = _two_loops(
-        body, _key_bounds(i, block_q, block_k, k_ref.shape[0] // block_k, causal), False, init
-    )
+    row = jnp.zeros((block_q,), jnp.float32)
+    init = (jnp.zeros(q.shape, jnp.float32), jnp.full_like(row, -jnp.inf), row)  # o, m, total
+    bounds = _key_bounds(i, block_q, block_k, k_ref.shape[0] // block_k, causal)
+    o, m, total = _two_loops(body, bounds, False, init)
     # A row that saw only masked keys still has m == MASK (any real score is larger): give it
     # output 0 and lse = +inf, so that p = exp2(s - lse) = 0 in the backward pass.
     empty = m == MASK
