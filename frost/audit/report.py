@@ -41,12 +41,10 @@ def _interval(s) -> str:
     centre then (`<0.48x`): never a point."""
     if s is None:
         return "n/a"
-    centre = (
-        "?" if s.open_low and s.open_high else "<" if s.open_low else ">" if s.open_high else ""
-    )
-    low = f"{'<' if s.open_low else ''}{s.low:.2f}"
-    high = f"{'>' if s.open_high else ''}{s.high:.2f}"
-    return f"{centre}{s.mean:.2f}x [{low}, {high}]"
+    lt = "<" if s.open_low else ""
+    gt = ">" if s.open_high else ""
+    centre = "?" if lt and gt else lt + gt
+    return f"{centre}{s.mean:.2f}x [{lt}{s.low:.2f}, {gt}{s.high:.2f}]"
 
 
 def _hp(h) -> str:
