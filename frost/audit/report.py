@@ -80,16 +80,12 @@ def summarise(res) -> dict:
                 reaches.append(
                     protocol.steps_to_reach(list(ladder), list(ladder.values()), r["final_loss"])
                 )
-        step = protocol.speedup_interval(reaches, steps) if reaches else None
+        s = protocol.speedup_interval(reaches, steps) if reaches else None
         cost = per_step[0] / per_step[1]  # AdamW's seconds per step over the optimizer's
-        wall = None
-        if step is not None:
-            wall = step._replace(mean=step.mean * cost, low=step.low * cost, high=step.high * cost)
-        welch = None
-        if min(len(losses), len(reference)) > 1:
-            welch = protocol.welch(losses, reference)
+        wall = s and s._replace(mean=s.mean * cost, low=s.low * cost, high=s.high * cost)
+        welch = protocol.welch(losses, reference) if min(len(losses), len(reference)) > 1 else None
         return {
-            "interval": step,
+            "interval": s,
             "wall_interval": wall,
             "welch": welch,
             "hp": hp,
