@@ -59,17 +59,12 @@ def adjust(
     """After a step: on overflow (`finite` False) divide the scale by `factor` (not below
     `min_scale`) and count a skipped step; after `period` finite steps in a row multiply it."""
     grown = state.good_steps + 1 >= period
-    scale = jnp.where(
-        finite,
-        jnp.where(grown, state.scale * factor, state.scale),
-        jnp.maximum(state.scale / factor, min_scale),
-    )
+    on_finite = jnp.where(grown, state.scale * factor, state.scale)
+    on_overflow = jnp.maximum(state.scale / factor, min_scale)
+    scale = jnp.where(finite, on_finite, on_overflow)
     good = jnp.where(finite & ~grown, state.good_steps + 1, 0)
-    return LossScale(
-        scale.astype(jnp.float32),
-        good.astype(jnp.int32),
-        state.skipped + (~finite).astype(jnp.int32),
-    )
+    skipped = state.skipped + (~finite).astype(jnp.int32)
+    return LossScale(scale.astype(jnp.float32), good.astype(jnp.int32), skipped)
 
 
 class ScaledState(NamedTuple):
