@@ -150,13 +150,6 @@ def _findings(res, rows) -> list[str]:
                 f"(Welch p = {p:.2g})"
             )
         claim = f" Claimed: {CLAIMS[n]}." if n in CLAIMS else ""
-        lrs = [h["learning_rate"] for h in res["trials"][n]]
-        edge = (
-            " Its best learning rate is at the edge of its grid: a wider grid may find a better "
-            "one."
-            if res["best"][n]["hyperparams"]["learning_rate"] in (min(lrs), max(lrs))
-            else ""
-        )
         lines.append(
             f"- **{n}**: step speedup {_interval(r['interval'])}, "
             f"{protocol.words(r['interval']) if r['interval'] else 'not measured'} (wall-clock "
@@ -167,8 +160,13 @@ def _findings(res, rows) -> list[str]:
                 else "Its ratio to the untuned paper baseline is not measured: an interval is "
                 "missing, or their open sides leave the ratio unbounded both ways."
             )
-            + edge
         )
+        lrs = [h["learning_rate"] for h in res["trials"][n]]
+        if r["hp"]["learning_rate"] in (min(lrs), max(lrs)):
+            lines[-1] += (
+                " Its best learning rate is at the edge of its grid: a wider grid may find a "
+                "better one."
+            )
     lines.append(
         f"- The **paper baseline** (AdamW, {_hp(base['hp'])}, untuned) ends at {base['mean']:.4f}: "
         f"tuned AdamW is {_over(protocol.Interval(1.0, 1.0, 1.0), base['interval'])} as fast, so "
