@@ -224,9 +224,8 @@ def on_first(fn):
             answer = {"value": fn()}
         except FrostError as e:
             answer = {"error": str(e), "usage": isinstance(e, UsageError)}
-    text = json.dumps(answer).encode()[:MESSAGE_BYTES]
-    sent = np.zeros(MESSAGE_BYTES, np.uint8)
-    sent[: len(text)] = np.frombuffer(text, np.uint8)
+    text = json.dumps(answer).encode()[:MESSAGE_BYTES].ljust(MESSAGE_BYTES, b"\0")
+    sent = np.frombuffer(text, np.uint8)
     got = np.asarray(multihost_utils.broadcast_one_to_all(sent)).tobytes().rstrip(b"\0")
     answer = json.loads(got)
     if "error" in answer:
