@@ -326,8 +326,7 @@ def write(out, results, cfg, command, data: str = ""):
     for _, res in results.values():
         for r in _every(res):
             # a run file's record less its curve, once per (workload, optimizer, hp, seed, steps)
-            key = run_key(r)
-            runs.setdefault(key, {k: v for k, v in r.items() if k != "curve"})
+            runs.setdefault(run_key(r), {k: v for k, v in r.items() if k != "curve"})
     summaries = {name: summarise({**res, "kind": wl.kind}) for name, (wl, res) in results.items()}
     claims, summary, verdicts = _verdicts(summaries, cfg.claims)
     made = provenance(data)
