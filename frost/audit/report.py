@@ -334,12 +334,11 @@ def write(out, results, cfg, command, data: str = ""):
     atomic.write(out / "results.json", json.dumps(saved, indent=1))
     first_wl, first = next(iter(results.values()))
     seconds = sum(r["seconds"] for r in runs.values())
-    budgets = ", ".join(f"{b / first['steps']:.3g}" for b in sorted(first["curve"]))
     rules = protocol.__doc__.split("\n\n", 2)[2].format(
         trials=len(first["trials"]["adamw"]),
         seeds=cfg.seeds,
         tolerance=protocol.TOLERANCE,
-        budgets=budgets,
+        budgets=", ".join(f"{b / first['steps']:.3g}" for b in sorted(first["curve"])),
     )
     text = [
         f"# Optimizer audit\n\n`{command}`: {len(runs)} runs, {seconds / 60:.1f} minutes of "
