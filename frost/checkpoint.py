@@ -63,7 +63,7 @@ def _spec(leaf) -> tuple[str, tuple]:
     """(dtype name, shape) as stored: PRNG keys as their key data. Works on arrays and
     ShapeDtypeStructs."""
     if _is_key(leaf):  # a key dtype names its impl, on arrays and ShapeDtypeStructs alike
-        return "key:" + leaf.dtype._impl.name, tuple(leaf.shape) + (2,)
+        return "key:" + leaf.dtype._impl.name, tuple(leaf.shape) + leaf.dtype._impl.key_shape
     return np.dtype(leaf.dtype).name, tuple(leaf.shape)
 
 

@@ -62,6 +62,7 @@ def test_round_trip_with_key_bf16_and_optimizer_state(tmp_path, key):
         "model": model,
         "opt_state": opt.init(model),
         "key": jax.random.key(3),
+        "rbg": jax.random.key(4, impl="rbg"),  # key data of 4 words, not 2
         "half": jnp.arange(4, dtype=jnp.bfloat16) / 3,
         "scalar": jnp.float32(2.5),
     }
