@@ -141,9 +141,8 @@ def _findings(res, rows) -> list[str]:
                 "diverged."
             )
             continue
-        if r["welch"] is None:
-            loss = f"its final loss is {r['mean']:.4f} (tuned AdamW's {a['mean']:.4f})"
-        else:
+        loss = f"its final loss is {r['mean']:.4f} (tuned AdamW's {a['mean']:.4f})"
+        if r["welch"] is not None:
             d, half, p = r["welch"]
             loss = (
                 f"its final loss differs from tuned AdamW's by {d:+.4f} ± {half:.4f} "
