@@ -38,19 +38,15 @@ def prepare_corpus(cfg: LMConfig, run_dir: pathlib.Path, progress: bool = True):
         tok = corpus.prepare_text(cfg.data, run_dir, cfg.vocab_size, cfg.limit, need, progress)
         paths = [run_dir / "train.bin", run_dir / "val.bin"]
     else:
-        files, fields = corpus.find(cfg.data), {"key": cfg.text_key, "column": cfg.text_column}
+        files = corpus.find(cfg.data)
+        # what both steps take: the documents' text field and column, and the progress switch
+        shared = {"key": cfg.text_key, "column": cfg.text_column, "progress": progress}
         tok = corpus.tokenizer(
-            files,
-            cfg.tokenizer,
-            cfg.vocab_size,
-            cfg.tokenizer_sample,
-            cfg.token_cache,
-            **fields,
-            progress=progress,
+            files, cfg.tokenizer, cfg.vocab_size, cfg.tokenizer_sample, cfg.token_cache, **shared
         )
         if not cfg.tokenizer:
             text.save(tok, run_dir / "tokenizer.json")  # for `frost sample`
-        manifest = corpus.prepare(files, tok, cfg.token_cache, **fields, progress=progress)
+        manifest = corpus.prepare(files, tok, cfg.token_cache, **shared)
         paths = [corpus.shard_paths(manifest, "train"), corpus.shard_paths(manifest, "val")]
     dtype = text.token_dtype(tok.vocab_size)
     windows = []
