@@ -32,7 +32,7 @@ def _log(kind):
 
 @dataclasses.dataclass(frozen=True)
 class Config(Checked):
-    model: str = option("resnet20", "the model", cli=False)
+    model: str = option("resnet20", "the model", choices=RESNETS, cli=False)
     data: str = option(
         "fashion-mnist",
         "resnets: fashion-mnist, cifar10, or a folder with train/ and test/ "
@@ -122,8 +122,6 @@ class Config(Checked):
 
 @dataclasses.dataclass(frozen=True)
 class ImageConfig(Config):
-    model: str = option("resnet20", "the model", choices=RESNETS, cli=False)
-
     def check(self):
         super().check()
         if self.strategy == "tp":
