@@ -317,7 +317,6 @@ def fit(
                 desc=f"epoch {epoch + 1}/{c.epochs}",
                 disable=not c.progress,
                 dynamic_ncols=True,
-                leave=True,
             ) as bar:  # closed before an error shows
                 for batch in loader:
                     model, opt_state, metrics = train_step(
