@@ -69,11 +69,11 @@ def claim(
     Process 0 claims it and the others take its answer (frost.parallel.on_first): processes
     sharing --out never race, and a refusal is the same one line in every process."""
     mine = json.loads(json.dumps({**dataclasses.asdict(cfg), **recorded}))  # tuples are lists
-    made = parallel.on_first(lambda: str(_claim(pathlib.Path(run_dir), mine, resume, again)))
-    return pathlib.Path(made)
+    parallel.on_first(lambda: _claim(pathlib.Path(run_dir), mine, resume, again))
+    return pathlib.Path(run_dir)
 
 
-def _claim(run_dir: pathlib.Path, mine: dict, resume: bool | None, again: str) -> pathlib.Path:
+def _claim(run_dir: pathlib.Path, mine: dict, resume: bool | None, again: str) -> None:
     saved = run_dir / "config.json"
     if resume:
         if not saved.exists():
@@ -103,7 +103,6 @@ def _claim(run_dir: pathlib.Path, mine: dict, resume: bool | None, again: str) -
         raise UsageError(f"--out {run_dir}: already holds files from another run; {how}")
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic.write(saved, json.dumps(mine, indent=1))
-    return run_dir
 
 
 def make_optimizer(job, cfg, steps: int):
