@@ -63,18 +63,17 @@ class Tree(NamedTuple):
     extra_data: Any  # Gumbel MuZero: the root's Gumbel noise (B, A)
 
     def qvalues(self, node) -> jax.Array:
-        """Q(s, a) = r(s, a) + discount(s, a) * v(s'), (B, A) at node (B,)."""
+        """Q(s, a) = r(s, a) + discount(s, a) * v(s'), (B, A) at node (B,) (or ROOT)."""
         return _row(self.children_rewards, node) + _row(self.children_discounts, node) * _row(
             self.children_values, node
         )
 
     def summary(self) -> "SearchSummary":
         """The root's visit counts, visit distribution, value and Q-values."""
-        root = jnp.zeros(self.node_values.shape[0], jnp.int32)
         counts = self.children_visits[:, 0].astype(self.node_values.dtype)  # (B, A)
         total = counts.sum(-1, keepdims=True)
         probs = jnp.where(total > 0, counts / jnp.maximum(total, 1), 1 / counts.shape[-1])
-        return SearchSummary(counts, probs, self.node_values[:, 0], self.qvalues(root))
+        return SearchSummary(counts, probs, self.node_values[:, 0], self.qvalues(ROOT))
 
 
 class SearchSummary(NamedTuple):
@@ -91,7 +90,7 @@ class PolicyOutput(NamedTuple):
 
 
 def _row(x, node):
-    """x (B, N, ...) at node (B,) -> (B, ...)."""
+    """x (B, N, ...) at node (B,), or at one node for all (ROOT) -> (B, ...)."""
     return x[jnp.arange(x.shape[0]), node]
 
 
@@ -426,8 +425,7 @@ def gumbel_muzero_policy(
     tree = _new_tree(root, num_simulations, invalid_actions, gumbel)
     tree = _search(params, key, tree, recurrent_fn, select, max_depth)
     visits = tree.summary().visit_counts  # (B, A)
-    root_node = jnp.zeros(visits.shape[0], jnp.int32)
-    q = _q_completed(tree, root_node)
+    q = _q_completed(tree, ROOT)
     score = _score_considered(visits.max(-1, keepdims=True), gumbel, logits, q, visits)
     weights = jax.nn.softmax(_mask_invalid(logits + q, invalid_actions))
     return PolicyOutput(_masked_argmax(score, tree.root_invalid_actions), weights, tree)
