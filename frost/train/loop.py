@@ -251,9 +251,8 @@ class FitConfig:
 
     Arguments:
         epochs: train until the loader reaches this epoch.
-        run_dir: checkpoints/ and metrics.jsonl go here.
+        run_dir: checkpoints/ (the newest 3 kept, as `save` keeps) and metrics.jsonl go here.
         max_steps: stop after this many steps (the schedule is unchanged).
-        keep: checkpoints kept (the newest).
         log_every: steps between metrics records.
         unit: what `count(batch)` counts, for the throughput (`images_per_s`).
         eval_name: the prefix of `eval_fn`'s keys in the records (`test_accuracy`).
@@ -266,7 +265,6 @@ class FitConfig:
     epochs: int
     run_dir: str | pathlib.Path
     max_steps: int | None = None
-    keep: int = 3
     log_every: int = 20
     unit: str = "images"
     eval_name: str = "test"
@@ -353,7 +351,7 @@ def fit(
                         break
                 state = policy(pending, state)
             # the checkpoint first: nothing after it (an evaluation) can lose the epoch
-            save(run_dir, state, c.keep, **(c.meta or {}))
+            save(run_dir, state, **(c.meta or {}))
             if loader.epoch > epoch and eval_fn is not None:
                 state = _evaluate(state, epoch, eval_fn, c, log)
     return state
