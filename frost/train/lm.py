@@ -48,11 +48,10 @@ def prepare_corpus(cfg: LMConfig, run_dir: pathlib.Path, progress: bool = True):
             text.save(tok, run_dir / "tokenizer.json")  # for `frost sample`
         manifest = corpus.prepare(files, tok, cfg.token_cache, **shared)
         paths = [corpus.shard_paths(manifest, "train"), corpus.shard_paths(manifest, "val")]
-    dtype = text.token_dtype(tok.vocab_size)
     windows = []
     for path in paths:
         try:
-            windows.append(data.TokenWindows(path, cfg.seq_len, dtype))
+            windows.append(data.TokenWindows(path, cfg.seq_len, text.token_dtype(tok.vocab_size)))
         except (ValueError, IndexError):  # too few tokens (IndexError: no shard at all)
             raise UsageError(
                 f"--data {cfg.data}: the {'validation' if windows else 'training'} part is "
