@@ -79,11 +79,10 @@ def _train(args) -> int:
     from .io import save, save_hf
 
     _checked(cfg, args.corpus)
-    pattern = GPT4_PATTERN if cfg.pattern is None else cfg.pattern
     tok = train(
         stream_files(args.corpus),
         cfg.vocab_size,
-        pattern=pattern,
+        pattern=GPT4_PATTERN if cfg.pattern is None else cfg.pattern,
         special_tokens=cfg.special,
         workers=cfg.workers,
         progress=True,
