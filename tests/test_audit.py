@@ -6,7 +6,9 @@ import json
 import math
 import os
 import pathlib
+import re
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -323,6 +325,72 @@ def adamw_losses(folder):
     }
 
 
+def test_two_processes_share_the_runs_and_process_0_writes_the_report(audited, tmp_path):
+    """`--coordinator/--num-processes/--process-id` on loopback: each process trains every other
+    batch into the shared --out, waits for the other's at the end of each step of the plan, and
+    process 0 writes the report: the numbers of the one-process audit."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tmp_path / "shared"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "frost.cli", "audit", *SMALL, "--optimizers", "adamw"]
+            + ["--out", str(out), "--coordinator", f"127.0.0.1:{port}"]
+            + ["--num-processes", "2", "--process-id", str(i)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "JAX_PLATFORMS": "cpu"},
+        )
+        for i in range(2)
+    ]
+    outputs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [e[-2000:] for _, e in outputs]
+    for i, (stdout, _) in enumerate(outputs):
+        share = re.search(rf"process {i}: trained (\d+)% of the work", stdout)
+        assert share and 20 <= int(share[1]) <= 80, stdout  # a share each, not all and not none
+        assert f"report: {out / 'report.md'}" in stdout
+    assert adamw_losses(out) == adamw_losses(audited)
+
+
+MESH_JOB = """
+import json, pathlib, sys
+import jax
+from frost.audit import engine
+from frost.cli import main
+out = pathlib.Path(sys.argv[1])
+argv = ["audit", "--workload", "image", "--quick", "--budget", "20", "--optimizers", "adamw"]
+assert main([*argv, "--out", str(out / "one")]) == 0
+assert main([*argv, "--mesh", "runs=8", "--out", str(out / "eight")]) == 0
+placed = [p.input_shardings[0] for p in engine._programs.values()]
+print(json.dumps(sorted({len(s.device_set) for s in jax.tree.leaves(placed)})))
+"""
+
+
+def test_runs_split_over_eight_devices_give_the_one_device_results(tmp_path):
+    """`--mesh runs=8` on 8 forced CPU devices: each batch of 3 runs is padded to 8 and split over
+    the devices; every run's final loss equals the one-device audit's within 1e-5."""
+    flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=8"
+    proc = subprocess.run(
+        [sys.executable, "-c", MESH_JOB, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": flags.strip()},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.splitlines()[-1]) == [1, 8]  # programs on one device and on 8
+
+    def losses(folder):
+        runs = json.loads((tmp_path / folder / "results.json").read_text())["runs"]
+        return {report.run_key(r): r["final_loss"] for r in runs}
+
+    one, eight = losses("one"), losses("eight")
+    assert len(one) == 18 and one.keys() == eight.keys()
+    assert all(eight[k] == pytest.approx(one[k], abs=1e-5) for k in one)
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [
@@ -335,6 +403,13 @@ def adamw_losses(folder):
         (["--data", "x.txt"], "--data x.txt: say which workload"),
         (["--workload", "image", "--data", "NOWHERE"], "not a known data set"),
         (["--workload", "gpt", "--data", "SHORT"], "too little text"),
+        (["--mesh", "runs=0"], "--mesh runs=0: give runs=N with N <= 1, the devices visible"),
+        (["--mesh", "data=9"], "--mesh data=9: give runs=N"),
+        (["--workload", "gpt", "--sizes", "48x2"], "--sizes 48x2: give WIDTHxDEPTH with a width"),
+        (["--workload", "gpt", "--sizes", "64x2,big"], "--sizes big: give WIDTHxDEPTH"),
+        (["--workload", "image", "--sizes", "64x2"], "--sizes 64x2: sets the GPTs; give"),
+        (["--tokens-per-param", "20", "--budget", "20"], "--tokens-per-param: sets the steps"),
+        (["--tokens-per-param", "0"], "--tokens-per-param"),
     ],
 )
 def test_a_mistake_is_one_line_and_leaves_no_files(argv, message, tmp_path, capsys):
@@ -343,6 +418,74 @@ def test_a_mistake_is_one_line_and_leaves_no_files(argv, message, tmp_path, caps
     assert cli(["audit", *argv, "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1 and not (tmp_path / "out").exists()
+
+
+def test_sizes_set_the_gpts_and_tokens_per_param_their_steps():
+    """--sizes WxD (or a preset): heads of 64, smallest first; the steps give each run
+    --tokens-per-param tokens per parameter (Chinchilla's 20 by default), counted here from the
+    model the engine trains."""
+    ladder = workloads.ladder("gpt", "128x4,gpt2-small,64x2")
+    assert [(w.name, w.width, w.depth, w.heads) for w in ladder] == [
+        ("gpt-64x2", 64, 2, 1),
+        ("gpt-128x4", 128, 4, 2),
+        ("gpt-768x12", 768, 12, 12),
+    ]
+    data = workloads.Data({}, workloads.VOCAB, "")
+    model = ladder[0].model(data, jax.random.key(0))
+    params = sum(x.size for x in jax.tree.leaves(model))
+    tokens = ladder[0].batch * workloads.SEQ_LEN  # per step
+    for ratio, cfg in ((20, {}), (5, {"tokens_per_param": 5})):
+        a = run.Audit(AuditConfig(workload="gpt", sizes="64x2", **cfg))
+        assert a.steps(ladder[0], data) == round(ratio * params / tokens / 10) * 10
+    assert run.Audit(AuditConfig(workload="gpt")).steps(workloads.WORKLOADS["gpt-m"], data) == 300
+
+
+def test_scale_words_read_the_ends_of_each_ladder():
+    """ "rises"/"falls with scale" only when a kind's smallest and largest sizes' intervals do not
+    overlap (an open side never counts as clear of the other); one size of a kind says nothing."""
+    ladder = workloads.ladder("gpt", "64x2,128x4,256x6")
+    results = {w.name: (w, {}) for w in [*ladder, workloads.WORKLOADS["image-s"]]}
+
+    def lines(*spans):
+        summaries = {w.name: {"adamw": {"interval": None}} for w in ladder} | {"image-s": {}}
+        for w, span in zip(ladder, spans):
+            summaries[w.name]["lion"] = {"interval": protocol.Interval(*span)}
+        return report._scale(results, summaries)
+
+    (rise,) = lines((1.0, 0.9, 1.1), (1.1, 0.8, 1.4), (1.5, 1.2, 1.8))
+    assert rise == (
+        "- **lion** on gpt: step speedup 1.00x [0.90, 1.10] at gpt-64x2, 1.10x [0.80, 1.40] at "
+        "gpt-128x4, 1.50x [1.20, 1.80] at gpt-256x6: it rises with scale."
+    )
+    assert lines((2, 1.8, 2.2), (1, 0.9, 1.1), (1, 0.7, 1.3))[0].endswith("falls with scale.")
+    assert "inconclusive" in lines((1, 0.9, 1.1), (2, 1, 3), (1.1, 1.05, 1.2))[0]
+    # the smallest's interval is open above: it may reach past the largest's low end
+    assert "inconclusive" in lines((1, 0.9, 1.1, False, True), (1, 1, 1), (1.5, 1.2, 1.8))[0]
+    assert report._scale({"image-s": results["image-s"]}, {"image-s": {}}) == [
+        "- Only one width per workload was audited."
+    ]
+
+
+def test_plan_prints_the_cost_and_refuses_what_does_not_fit(tmp_path, capsys, monkeypatch):
+    """--plan trains nothing and writes nothing: per workload its parameters, steps, runs, FLOPs
+    (6 x parameters x tokens), memory per run and runs that fit, and a time; a run that needs
+    more than half a device's memory is refused in one line."""
+    argv = ["audit", "--workload", "gpt", "--sizes", "128x2,64x2", "--quick", "--plan"]
+    argv += ["--optimizers", "adamw", "--out", str(tmp_path / "out")]
+    assert cli(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    (row,) = [line.split(" | ") for line in lines if line.startswith("| gpt-")]
+    assert row[0] == "| gpt-64x2" and not (tmp_path / "out").exists()
+    steps, runs, flops = int(row[2]), int(row[3]), float(row[4])
+    assert runs == 6 + 3 * (1 + 3)  # the quick grid, finals, AdamW's other budgets, baseline
+    params = float(row[1][:-1]) * 1e6
+    # in units of 1x runs: 6 trials, 3 finals, AdamW's 0.5x and 2x on 3 seeds, 3 baselines
+    assert flops == pytest.approx(6 * params * 8 * workloads.SEQ_LEN * steps * 19.5, rel=0.01)
+    assert int(row[6]) >= 1 and lines[-1].startswith("total: ")
+    monkeypatch.setattr(engine, "memory", lambda: 2**20)
+    assert cli(argv) == 2
+    err = capsys.readouterr().err
+    assert "--sizes: a run of gpt-64x2 needs" in err and err.count("\n") == 1
 
 
 def test_text_data_from_any_utf8_file(tmp_path):

@@ -1,10 +1,11 @@
 """`frost audit`: check optimizers against a tuned AdamW under one protocol
 (frost/audit/protocol.py).
 
-    frost audit [--workload gpt|image|all] [--optimizers adamw,lion,sophia,muon] [--optimizer
-    MODULE:FUNC ...]
-                [--data PATH] [--budget S] [--seeds N] [--quick] [--claim NAME=X ...]
-                [--out DIR]
+    frost audit [--workload gpt|image|all] [--optimizers adamw,lion,sophia,muon]
+                [--optimizer MODULE:FUNC ...] [--data PATH] [--budget S] [--seeds N] [--quick]
+                [--claim NAME=X ...] [--sizes WxD,...] [--tokens-per-param R] [--plan]
+                [--mesh runs=N] [--out DIR]
+                [--coordinator HOST:PORT --num-processes P --process-id I]
     frost audit --reproduce OUT [--sample N]
 
 The options are generated from `AuditConfig` (frost.config).
@@ -14,6 +15,7 @@ No JAX is imported until the audit starts, so `frost --help` stays fast.
 import dataclasses
 import re
 
+from frost import config
 from frost.config import Checked, UsageError, add_options, from_args, needs, option, optional, whole
 
 
@@ -61,12 +63,24 @@ class AuditConfig(Checked):
         "400 for image, about a third of that with --quick)",
         optional(whole(20)),
     )
+    sizes: str | None = option(
+        None, "GPTs in place of gpt-s, gpt-m: WIDTHxDEPTH,... (e.g. 64x2,128x4) or gpt2-small"
+    )
+    tokens_per_param: float | None = option(
+        None,
+        "tokens per parameter that set the GPTs' steps (with --sizes: 20)",
+        optional(config.positive),
+    )
     seeds: int = option(3, "fresh seeds the best configuration is rerun on", whole(3))
     quick: bool = option(
         False,
         "a first look in minutes: the smaller width, one weight decay and key value, "
         "a third of the steps",
     )
+    mesh: str | None = option(
+        None, "runs=N: split each batch of vmapped runs over N devices (the same results as on one)"
+    )
+    plan: bool = option(False, "print the runs, FLOPs, memory and time it would take; train none")
     out: str = option("audit", "output folder: runs/*.json, results.json, report.md, PNG plots")
     reproduce: str | None = option(
         None,
@@ -85,13 +99,20 @@ class AuditConfig(Checked):
             raise UsageError(
                 f"--budget {self.budget}: must be a multiple of 10 (steps run in chunks of 10)"
             )
+        for name, value in (("sizes", self.sizes), ("tokens-per-param", self.tokens_per_param)):
+            if value is not None and self.workload == "image":
+                raise UsageError(f"--{name} {value}: sets the GPTs; give --workload gpt or all")
+        if self.tokens_per_param is not None and self.budget is not None:
+            raise UsageError("--tokens-per-param: sets the steps; drop --budget")
         if self.data is not None and self.workload == "all":
             raise UsageError(
                 f"--data {self.data}: say which workload it is for: --workload gpt (a text file) "
                 "or --workload image (an image folder)"
             )
+        from frost.audit.workloads import ladder
         from frost.optim.registry import resolve
 
+        ladder("gpt", self.sizes)  # UsageError for a bad size
         for name in self.optimizer:
             if ":" not in name:
                 raise UsageError(
@@ -128,14 +149,19 @@ def add_commands(sub) -> None:
         "write report.md, results.json, runs/*.json and plots to --out. A restarted "
         "audit skips the runs already on disk.",
     )
-    add_options(p, [AuditConfig])
+    add_options(p, [AuditConfig, config.Launch])
     p.set_defaults(run=_audit)
 
 
 def _audit(args):
-    cfg = from_args(AuditConfig, args, "`frost audit`")
+    cfg = from_args(AuditConfig, args, "`frost audit`", also=[config.Launch])
+    launch = from_args(config.Launch, args, "`frost audit`", also=[AuditConfig])
+    from frost import parallel
     from frost.audit import run
 
+    parallel.initialize(launch.coordinator, launch.num_processes, launch.process_id)
     if cfg.reproduce is not None:
         return run.reproduce(cfg)
+    if cfg.plan:
+        return run.audit(cfg)  # prints the plan
     print(f"report: {run.audit(cfg)}")

@@ -19,19 +19,25 @@ Integer leaves of an optimizer state are step counters, equal across a group, so
 unbatched: `lax.cond` in Sophia's refresh then stays a branch, rather than a select that would
 compute the Hessian estimate on every step. A run diverges at the first step whose loss,
 gradients or update are non-finite (the step then leaves the run as it was) or whose loss
-exceeds the workload's threshold. A group whose program would need more than half the machine's
-memory is split in halves, down to one run at a time (a fixed cap, not the memory free now: a
-batch's composition, and so its last bits, never depend on what else runs). The chunks run on
+exceeds the workload's threshold. A group whose program would need more than half a device's
+memory (`memory`: a GPU's own, else the machine's) is split in halves, down to one run at a time
+(a fixed cap, not the memory free now: a batch's composition, and so its last bits, never depend
+on what else runs). With a "runs" mesh
+(`--mesh runs=N`), each batch is padded with copies of its last run to a multiple of N and its
+runs are split over the N devices; counters and data are whole on each. The chunks run on
 frost.parallel.scan_chunks, the driver Anakin's iterations use too, at its optimisation level.
 """
 
 import os
+import re
 import time
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from frost import optim, parallel
 from frost.audit.protocol import MUON_ADAM_LR
@@ -63,8 +69,19 @@ def unit_lr(t, total):
 
 
 def memory() -> int:
-    """Bytes of physical memory."""
-    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    """Bytes of memory of a device: its own (a GPU's), else the machine's physical memory."""
+    own = (jax.local_devices()[0].memory_stats() or {}).get("bytes_limit")
+    return own or os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def runs_mesh(spec: str | None) -> Mesh | None:
+    """The 1-D "runs" mesh of `--mesh runs=N` over this process's first N devices; None: none."""
+    devices, given = jax.local_devices(), re.fullmatch(r"runs=([1-9][0-9]*)", spec or "runs=1")
+    if given is None or int(given[1]) > len(devices):
+        raise UsageError(
+            f"--mesh {spec}: give runs=N with N <= {len(devices)}, the devices visible"
+        )
+    return Mesh(np.asarray(devices[: int(given[1])]), ("runs",)) if spec else None
 
 
 def _make(workload, data, name, built, axes, peak=1.0, total=1):
@@ -117,17 +134,34 @@ def probe(workload, data, name, hyperparams: dict) -> None:
     it."""
     entry = resolve(name)
     try:
-        (group,) = groups(workload, data, name, [Run(hyperparams, 0, CHUNK)])
-        axes = tuple(hyperparams)
-        opt = _make(workload, data, name, group.built, axes)
-        carry = jax.eval_shape(lambda: _init(workload, data, name, opt, group.runs))
-        chunk = _program(workload, data, name, group.built, axes, workload.threshold(data))
+        opt, carry, chunk = _traced(workload, data, name, [Run(hyperparams, 0, CHUNK)])
         carry, _ = jax.eval_shape(chunk, carry, _steps(0), data.arrays, np.int32(CHUNK))
         jax.eval_shape(lambda c: _eval_params(opt, c), carry)
     except UsageError:
         raise
     except Exception as e:
         raise UsageError(f"--optimizer {name}: cannot train: {describe(e, entry.file)}") from None
+
+
+def _traced(workload, data, name, runs):
+    """(optimizer, carry as shapes, chunk program) of one group's runs; nothing is computed."""
+    (group,) = groups(workload, data, name, runs)
+    axes = tuple(runs[0].hyperparams)
+    opt = _make(workload, data, name, group.built, axes)
+    carry = jax.eval_shape(lambda: _init(workload, data, name, opt, group.runs))
+    return opt, carry, _program(workload, data, name, group.built, axes, workload.threshold(data))
+
+
+def footprint(workload, data, name, hyperparams: dict, k: int) -> int:
+    """Bytes of memory a run takes in a program of `k` vmapped runs (compiled, not run)."""
+    _, carry, chunk = _traced(workload, data, name, [Run(hyperparams, s, CHUNK) for s in range(k)])
+    return _need(chunk.lower(carry, _steps(0), data.arrays, np.int32(CHUNK)).compile()) // k
+
+
+def _need(program) -> int:
+    """Bytes a compiled program needs: its arguments, outputs and temporaries."""
+    stats = program.memory_analysis()
+    return stats.argument_size_in_bytes + stats.output_size_in_bytes + stats.temp_size_in_bytes
 
 
 def _eval_params(opt, carry):
@@ -200,36 +234,47 @@ def _steps(t0: int) -> np.ndarray:
     return np.arange(t0, t0 + CHUNK, dtype=np.int32)
 
 
-def run_group(workload, data, name, group: Group, max_runs: int | None = None) -> list[dict]:
-    """Train the group's runs (vmapped, `max_runs` at a time; None: as many as memory allows)."""
-    runs, built = group.runs, group.built
+def run_group(workload, data, name, group: Group, max_runs=None, mesh=None) -> list[dict]:
+    """Train the group's runs (vmapped, `max_runs` at a time; None: as many as memory allows),
+    split over `mesh` (a `runs_mesh`; None: one device)."""
+    runs, built, n = group.runs, group.built, mesh.size if mesh else 1
     if max_runs is not None and len(runs) > max_runs:
         return [
             r
             for i in range(0, len(runs), max_runs)
-            for r in run_group(workload, data, name, Group(runs[i : i + max_runs], built), max_runs)
+            for r in run_group(
+                workload, data, name, Group(runs[i : i + max_runs], built), max_runs, mesh
+            )
         ]
+    if len(runs) % n:  # every device an equal share: copies of the last run, dropped after
+        padded = Group(runs + runs[-1:] * (-len(runs) % n), built)
+        return run_group(workload, data, name, padded, max_runs, mesh)[: len(runs)]
     steps, axes = runs[0].steps, tuple(runs[0].hyperparams)
     opt = _make(workload, data, name, built, axes)
-    carry = _init(workload, data, name, opt, runs)
-    shapes = tuple(v.shape for v in data.arrays.values())
-    tag = (workload.name, shapes, name, tuple(sorted(built.items())), len(runs))
+    carry, arrays = _init(workload, data, name, opt, runs), data.arrays
+    if mesh is not None:  # each run's leaves on its device; the states' counters on all
+        split, whole = NamedSharding(mesh, P("runs")), NamedSharding(mesh, P())
+        shared = lambda x: whole if jnp.issubdtype(x.dtype, jnp.integer) else split  # noqa: E731
+        layout = jax.tree.map(lambda _: split, carry)
+        carry = jax.device_put(carry, (layout[0], jax.tree.map(shared, carry[1]), *layout[2:]))
+        arrays = jax.device_put(arrays, whole)
+    shapes = tuple(v.shape for v in arrays.values())
+    tag = (workload.name, shapes, name, tuple(sorted(built.items())), len(runs), n)
     if tag not in _programs:
         chunk = _program(workload, data, name, built, axes, workload.threshold(data))
-        _programs[tag] = chunk.lower(carry, _steps(0), data.arrays, np.int32(steps)).compile()
-    program, stats = _programs[tag], _programs[tag].memory_analysis()
-    need = stats.argument_size_in_bytes + stats.output_size_in_bytes + stats.temp_size_in_bytes
-    if len(runs) > 1 and need > 0.5 * memory():
-        return run_group(workload, data, name, group, max(len(runs) // 2, 1))
+        _programs[tag] = chunk.lower(carry, _steps(0), arrays, np.int32(steps)).compile()
+    program = _programs[tag]
+    if len(runs) > n and _need(program) * n > 0.5 * memory():
+        return run_group(workload, data, name, group, max(len(runs) // 2, n), mesh)
     start, curve = time.perf_counter(), []
     for t0 in range(0, steps, CHUNK):
-        carry, losses = program(carry, _steps(t0), data.arrays, np.int32(steps))
+        carry, losses = program(carry, _steps(t0), arrays, np.int32(steps))
         curve.append(np.asarray(losses).mean(0))  # (K,)
         if (np.asarray(carry[-1]) >= 0).all():
             break  # every run has diverged
     if workload.name not in _evals:
         _evals[workload.name] = jax.jit(jax.vmap(workload.eval_loss, in_axes=(0, None)))
-    final = np.asarray(_evals[workload.name](_eval_params(opt, carry), data.arrays))
+    final = np.asarray(_evals[workload.name](_eval_params(opt, carry), arrays))
     seconds = (time.perf_counter() - start) / len(runs)
     bad = np.asarray(carry[-1])
     bad = np.where((bad < 0) & ~np.isfinite(final), steps - 1, bad)

@@ -29,10 +29,10 @@ are the rules the report states:
   that side open: `<`, `>`). Wall-clock intervals are the step intervals times the cost ratio.
   Final losses differ from tuned AdamW's by a Welch interval and p-value.
 - **Words and verdicts**: "faster" or "slower" only when the speedup interval excludes 1, "rises"
-  or "falls with scale" only when two sizes' intervals do not overlap; otherwise "inconclusive
-  at this scale", with the seeds a 5% test with 80% power would need. A claim (`--claim
-  NAME=SPEEDUP`) is *supported* when the interval's low end reaches it, *refuted* when its high
-  end stays below it, else *inconclusive*.
+  or "falls with scale" only when the intervals of a kind's smallest and largest sizes do not
+  overlap; otherwise "inconclusive at this scale", with the seeds a 5% test with 80% power would
+  need. A claim (`--claim NAME=SPEEDUP`) is *supported* when the interval's low end reaches it,
+  *refuted* when its high end stays below it, else *inconclusive*.
 - **Paper baseline**: AdamW untuned, with the defaults a paper would use; *vs paper baseline* is
   the speedup one would report against it: the optimizer's step speedup over the baseline's
   (their geometric means; a bound when an open side bounds it).

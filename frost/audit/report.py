@@ -174,24 +174,27 @@ def _findings(res, rows) -> list[str]:
     return lines
 
 
-def _scale(summaries) -> list[str]:
-    """How each optimizer's step speedup moves from the smaller width to the larger."""
+def _scale(results, summaries) -> list[str]:
+    """How each optimizer's step speedup moves along a kind's sizes (gpt-s and gpt-m, or the
+    --sizes ladder), smallest to largest: a trend only when the two ends' intervals do not
+    overlap."""
     lines = []
     for kind in ("gpt", "image"):
-        small, large = summaries.get(f"{kind}-s", {}), summaries.get(f"{kind}-m", {})
-        for n in [n for n in small if n in large and n not in ("adamw", BASE)]:
-            a, b = small[n]["interval"], large[n]["interval"]
-            if a is None or b is None:
+        sizes = [name for name, (wl, _) in results.items() if wl.kind == kind]
+        if len(sizes) < 2:
+            continue
+        for n in [n for n in summaries[sizes[0]] if n not in ("adamw", BASE)]:
+            spans = [summaries[w][n]["interval"] for w in sizes]
+            if None in spans:
                 continue
+            a, b = spans[0], spans[-1]
             trend = "is inconclusive at this scale (the intervals overlap)"
             if a.high < b.low and not (a.open_high or b.open_low):
                 trend = "rises with scale"
             if b.high < a.low and not (b.open_high or a.open_low):
                 trend = "falls with scale"
-            lines.append(
-                f"- **{n}** on {kind}: step speedup {_interval(a)} at {kind}-s, {_interval(b)} "
-                f"at {kind}-m: it {trend}."
-            )
+            at = ", ".join(f"{_interval(s)} at {w}" for s, w in zip(spans, sizes))
+            lines.append(f"- **{n}** on {kind}: step speedup {at}: it {trend}.")
     return lines or ["- Only one width per workload was audited."]
 
 
@@ -369,7 +372,7 @@ def write(out, results, cfg, command, data: str = ""):
         ]
     text += [
         "\n## Scale\n",
-        *_scale(summaries),
+        *_scale(results, summaries),
         "\n![loss curves of the best configurations](curves.png)\n\n![final loss against learning "
         "rate](lr.png)",
     ]

@@ -9,6 +9,13 @@ Resumable: each run is `OUT/runs/<id>.json` as soon as its batch ends, the id na
 workload, optimizer, budget, seed and hyper-parameters. A restarted audit trains only batches
 with a run missing; the numbers are the same (a batch is deterministic on CPU), and so is the
 report.
+
+Many devices, many hosts: `--mesh runs=N` splits each batch over N devices (engine.runs_mesh);
+with `--coordinator/--num-processes/--process-id` (JAX's multi-process runtime, as `frost
+train`), process i trains the batches numbered i mod P into the shared --out, every process
+waits for the others' run files after each step of the plan (a collective, so a process that
+dies stops the rest), and process 0 writes the report. A restarted process trains only its
+batches with a run missing.
 """
 
 import dataclasses
@@ -24,7 +31,7 @@ import time
 import jax
 from tqdm import tqdm
 
-from frost import atomic
+from frost import atomic, parallel
 from frost.audit import engine, protocol, report, workloads
 from frost.config import FrostError, UsageError, flag
 from frost.optim.registry import resolve
@@ -33,6 +40,7 @@ from frost.train.job import claim
 # AdamW's budgets for the speedup, in units of the budget
 BUDGETS = (0.5, 1, 2, 4)
 QUICK_BUDGETS = (0.5, 1, 2)
+CHINCHILLA = 20  # training tokens per parameter (Hoffmann et al. 2022): --sizes' default
 # --reproduce: the relative difference in final loss allowed on other versions or devices
 TOLERANCE = 1e-3
 
@@ -70,6 +78,8 @@ class Audit:
         self.check = check  # run keys to retrain and compare (--reproduce); None: train the missing
         self.records = records  # {run key: its record in OUT's results.json} (--reproduce)
         self.checked = {}  # {run key: its result retrained}
+        self.mesh = engine.runs_mesh(cfg.mesh)
+        self.batch = 0  # batches planned so far: process i of P trains those numbered i mod P
         # AdamW's budgets, in units of the tuning budget
         self.budgets = QUICK_BUDGETS if cfg.quick else BUDGETS
         self.bar = None  # the progress bar over runs
@@ -78,8 +88,14 @@ class Audit:
         self.trained = 0.0  # work trained by this process
         self.start = time.perf_counter()
 
-    def steps(self, wl) -> int:
-        return self.cfg.budget or (round(wl.steps / 60) * 20 if self.cfg.quick else wl.steps)
+    def steps(self, wl, data) -> int:
+        """A tuning run's steps: --budget; for a GPT, from --tokens-per-param (default with
+        --sizes: CHINCHILLA); else the workload's, a third of them with --quick."""
+        ratio = self.cfg.tokens_per_param or (CHINCHILLA if self.cfg.sizes else None)
+        if self.cfg.budget or wl.kind != "gpt" or ratio is None:
+            return self.cfg.budget or (round(wl.steps / 60) * 20 if self.cfg.quick else wl.steps)
+        chunks = ratio * _params(wl, data) / (wl.batch * workloads.SEQ_LEN * engine.CHUNK)
+        return max(round(chunks), 2) * engine.CHUNK
 
     def trials(self, wl, name) -> list[dict]:
         return protocol.grid(name, resolve(name).make, wl.lr, self.cfg.quick)
@@ -101,9 +117,11 @@ class Audit:
                 heads = [{**head, **r._asdict()} for r in batch]
                 keys = [report.run_key(h) for h in heads]
                 wanted = set(keys) & self.check if self.check is not None else None
-                if wanted or (wanted is None and not all(p.exists() for p in paths)):
+                mine = self.batch % jax.process_count() == jax.process_index()
+                self.batch += 1
+                if wanted or (wanted is None and mine and not all(p.exists() for p in paths)):
                     padded = engine.Group(batch + batch[-1:] * pad, group.built)
-                    results = engine.run_group(wl, data, name, padded)
+                    results = engine.run_group(wl, data, name, padded, mesh=self.mesh)
                     for h, path, key, result in zip(heads, paths, keys, results):
                         if wanted is not None:  # --reproduce: compared, never written
                             self.checked[key] = result
@@ -111,6 +129,7 @@ class Audit:
                             atomic.write(path, json.dumps({**h, **result}))
                     self.trained += work
                 self.tick(len(batch), work)
+        parallel.on_first(lambda: None)  # every process's share on disk (a barrier)
         if self.check is None:
             return [json.loads(self.path(wl, data, name, r).read_text()) for r in runs]
         keys = [report.run_key({**head, **r._asdict()}) for r in runs]  # --reproduce: the records
@@ -131,7 +150,7 @@ class Audit:
 
     def workload(self, wl, data, names):
         """Tune, rerun and measure one workload; returns its runs by role."""
-        steps, seeds, cost = self.steps(wl), range(1, self.cfg.seeds + 1), _cost(wl, data)
+        steps, seeds, cost = self.steps(wl, data), range(1, self.cfg.seeds + 1), _cost(wl, data)
 
         # each of `hyperparams` on each of `seeds`
         def train(name, hyperparams, seeds, budget=steps):
@@ -173,15 +192,19 @@ class Audit:
             trials = sum(len(self.trials(wl, n)) for n in names)
             runs += trials + self.cfg.seeds * (len(names) + len(self.budgets))
             budget_units = trials + self.cfg.seeds * (len(names) + sum(self.budgets))
-            work += _cost(wl, data) * self.steps(wl) * budget_units
+            work += _cost(wl, data) * self.steps(wl, data) * budget_units
         return runs, work
 
 
-def _cost(wl, data) -> int:
-    """Work per training step, for the time estimate: examples (tokens) per batch x parameters."""
+def _params(wl, data) -> int:
     model = jax.eval_shape(lambda k: wl.model(data, k), jax.random.key(0))
-    examples = wl.batch * (workloads.SEQ_LEN if wl.kind == "gpt" else 1)
-    return examples * sum(x.size for x in jax.tree.leaves(model))
+    return sum(x.size for x in jax.tree.leaves(model))
+
+
+def _cost(wl, data) -> int:
+    """Work per training step, for the time estimate: examples (tokens) per batch x parameters
+    (a sixth of its FLOPs, Kaplan et al. 2020)."""
+    return wl.batch * (workloads.SEQ_LEN if wl.kind == "gpt" else 1) * _params(wl, data)
 
 
 def audit(cfg, progress: bool = True, check: set | None = None, records=None):
@@ -196,15 +219,15 @@ def audit(cfg, progress: bool = True, check: set | None = None, records=None):
         data = {k: workloads.load(k, cfg.data, workloads.CACHE, progress) for k in kinds}
         # the audit's identity: its options, with the data's content in place of its path
         a.prints = ",".join(f"{k}:{d.fingerprint}" for k, d in data.items())
-        if check is None:
+        variants = [  # each kind's ladder, smallest first; its smallest alone with --quick
+            (wl, data[kind])
+            for kind in kinds
+            for wl in workloads.ladder(kind, cfg.sizes)[: 1 if cfg.quick else None]
+        ]
+        if check is None and not cfg.plan:
             resume = (a.out / "config.json").exists()
             claim(a.out, cfg, resume, "--out", data=a.prints, reproduce=None, sample=None)
             (a.out / "runs").mkdir(exist_ok=True)
-        variants = [
-            (wl, data[wl.kind])
-            for wl in workloads.WORKLOADS.values()
-            if wl.kind in kinds and not (cfg.quick and not wl.name.endswith("-s"))
-        ]
         for wl, d in variants:  # every optimizer traced once before any run trains
             for name in cfg.names:
                 engine.probe(wl, d, name, a.trials(wl, name)[0])
@@ -212,6 +235,8 @@ def audit(cfg, progress: bool = True, check: set | None = None, records=None):
         if fresh:
             shutil.rmtree(a.out, ignore_errors=True)
         raise
+    if cfg.plan:
+        return show_plan(a, variants)
     total, a.work = a.plan(variants, cfg.names)
     with tqdm(
         total=total, unit="run", desc="audit", disable=not progress, dynamic_ncols=True
@@ -219,7 +244,10 @@ def audit(cfg, progress: bool = True, check: set | None = None, records=None):
         results = {wl.name: (wl, a.workload(wl, d, cfg.names)) for wl, d in variants}
     if check is not None:
         return a
-    return report.write(a.out, results, cfg, command(cfg), a.prints)
+    if jax.process_count() > 1:
+        print(f"process {jax.process_index()}: trained {a.trained / a.work:.0%} of the work")
+    write = lambda: str(report.write(a.out, results, cfg, command(cfg), a.prints))  # noqa: E731
+    return pathlib.Path(parallel.on_first(write))  # process 0 writes the report
 
 
 def reproduce(cfg, progress: bool = True) -> None:
@@ -264,3 +292,41 @@ def reproduce(cfg, progress: bool = True) -> None:
     if bad:
         raise FrostError(f"--reproduce {out}: {bad} of {len(sample)} runs do not reproduce")
     print(f"--reproduce {out}: all {len(sample)} runs reproduce")
+
+
+def show_plan(a: Audit, variants) -> None:
+    """`--plan`: per workload, its runs, steps and FLOPs (6 x parameters x tokens), the memory a
+    run takes and how many fit together in half a device's memory, and the time on these devices:
+    one chunk of K AdamW runs of the kind's built-in smallest workload (gpt-s, image-s) is timed,
+    and scaled by FLOPs at AdamW's cost per step (an upper bound where larger models use a device
+    better). Refuses a workload one run of which does not fit, before any training."""
+    cfg, rate, seconds, flops = a.cfg, {}, 0.0, 0.0
+    devices = (a.mesh.size if a.mesh else 1) * jax.process_count()
+    print(
+        "| workload | parameters | steps | runs | FLOPs | memory per run | runs per device | time |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for wl, d in variants:
+        runs, work = a.plan([(wl, d)], cfg.names)
+        if wl.kind not in rate:  # seconds per unit of work (a step's examples x parameters)
+            probe = workloads.WORKLOADS[f"{wl.kind}-s"]
+            trial = [
+                engine.Run(a.trials(probe, "adamw")[0], s, engine.CHUNK) for s in range(cfg.seeds)
+            ]
+            (group,) = engine.groups(probe, d, "adamw", trial)
+            timed = engine.run_group(probe, d, "adamw", group)[0]["seconds"]
+            rate[wl.kind] = timed / (engine.CHUNK * _cost(probe, d))
+        need = engine.footprint(wl, d, "adamw", a.trials(wl, "adamw")[0], cfg.seeds)
+        if need > 0.5 * engine.memory():
+            raise UsageError(
+                f"--sizes: a run of {wl.name} needs {need / 2**30:.1f} GiB, more than half of a "
+                f"device's {engine.memory() / 2**30:.1f} GiB; give smaller --sizes"
+            )
+        seconds, flops = seconds + work * rate[wl.kind] / devices, flops + 6 * work
+        print(
+            f"| {wl.name} | {_params(wl, d) / 1e6:.3g}M | {a.steps(wl, d)} | {runs} | "
+            f"{6 * work:.3g} | {need / 2**20:.0f} MiB | {int(0.5 * engine.memory() // need)} | "
+            f"{work * rate[wl.kind] / devices / 3600:.3g} h |"
+        )
+    kind = jax.devices()[0].device_kind
+    print(f"total: {flops:.3g} FLOPs, about {seconds / 3600:.3g} h on {devices} x {kind}")

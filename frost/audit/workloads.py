@@ -9,7 +9,10 @@ one program with no host traffic.
                       sub-folders (frost.data.load_images)
 
 Each comes at two sizes (WORKLOADS: GPT width 32 x 1 block and 48 x 2 blocks; MLP width 64 and
-256), so the report can show whether a gap grows or shrinks with scale. The sizes and budgets
+256), so the report can show whether a gap grows or shrinks with scale. `--sizes` replaces the
+GPT pair with a ladder of its own (`sized`: 128x4 is width 128, 4 blocks; PRESETS up to GPT-2
+small's shape, 768 x 12 with heads of 64), each trained on `--tokens-per-param` tokens per
+parameter (Chinchilla's 20 by default). The sizes and budgets
 keep the default audit (4 workloads, 4 optimizers, 24 trials each) within 30 minutes on 2 cores.
 Training batches are drawn with replacement (random windows of text, random images); the final
 loss is the mean cross-entropy on a fixed held-out set (64 windows; 2,000 images).
@@ -20,6 +23,7 @@ import hashlib
 import math
 import os
 import pathlib
+import re
 from typing import NamedTuple
 
 import jax
@@ -58,6 +62,7 @@ class Workload:
     batch: int  # sequences of SEQ_LEN tokens, or images, per step
     steps: int  # the 1x budget (training steps of a tuning run)
     lr: float  # AdamW's learning-rate grid centre (protocol.GRIDS scales it per optimizer)
+    heads: int = 1  # GPT attention heads
 
     def describe(self, steps: int) -> str:
         what = (
@@ -70,9 +75,8 @@ class Workload:
 
     def model(self, data: Data, key):
         if self.kind == "gpt":
-            heads = max(self.width // 16, 1)
             return gpt.GPT(
-                data.classes, self.width, self.depth, heads, SEQ_LEN, rotary=True, key=key
+                data.classes, self.width, self.depth, self.heads, SEQ_LEN, rotary=True, key=key
             )
         inputs = math.prod(data.arrays["eval_x"].shape[1:])
         sizes = [inputs] + [self.width] * self.depth + [data.classes]
@@ -112,12 +116,37 @@ class Workload:
 WORKLOADS = {
     w.name: w
     for w in (
-        Workload("gpt-s", "gpt", 32, 1, 8, 300, 1e-2),
-        Workload("gpt-m", "gpt", 48, 2, 8, 300, 4e-3),
+        Workload("gpt-s", "gpt", 32, 1, 8, 300, 1e-2, heads=2),
+        Workload("gpt-m", "gpt", 48, 2, 8, 300, 4e-3, heads=3),
         Workload("image-s", "image", 64, 2, 64, 400, 6e-3),
         Workload("image-m", "image", 256, 2, 64, 400, 4e-3),
     )
 }
+
+# nanoGPT's shapes (124M and 350M parameters with GPT-2's vocabulary)
+PRESETS = {"gpt2-small": "768x12", "gpt2-medium": "1024x24"}
+
+
+def sized(spec: str) -> Workload:
+    """The GPT of a `--sizes` entry, WIDTHxDEPTH or a preset: heads of 64 as GPT-2's, batches of
+    width/8 sequences (at least 8), AdamW's grid centred on 1e-2 x 32 / width (gpt-s's centre,
+    scaled as 1/width)."""
+    shape = re.fullmatch(r"([1-9][0-9]*)x([1-9][0-9]*)", PRESETS.get(spec, spec))
+    if shape is None or int(shape[1]) % 64:
+        raise UsageError(
+            f"--sizes {spec}: give WIDTHxDEPTH with a width that is a multiple of 64 (heads of "
+            f"64), or one of {', '.join(PRESETS)}"
+        )
+    width, depth = int(shape[1]), int(shape[2])
+    name, batch = f"gpt-{width}x{depth}", max(width // 8, 8)
+    return Workload(name, "gpt", width, depth, batch, 300, 0.32 / width, width // 64)
+
+
+def ladder(kind: str, sizes: str | None) -> list[Workload]:
+    """A kind's workloads, smallest first: WORKLOADS', or the GPTs of --sizes (comma-separated)."""
+    if kind == "gpt" and sizes:
+        return sorted({sized(s) for s in sizes.split(",")}, key=lambda w: w.width**2 * w.depth)
+    return [w for w in WORKLOADS.values() if w.kind == kind]
 
 
 def load(kind: str, source: str | None, cache: pathlib.Path, progress: bool = True) -> Data:
