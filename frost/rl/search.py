@@ -253,13 +253,12 @@ def _new_tree(root: RootFnOutput, num_simulations: int, invalid, extra_data) -> 
         root_invalid_actions=invalid,
         extra_data=extra_data,
     )
-    root_node = jnp.zeros(batch, jnp.int32)
-    return _set_node(tree, root_node, root.prior_logits, root.value, root.embedding)
+    return _set_node(tree, ROOT, root.prior_logits, root.value, root.embedding)
 
 
 def _set_node(tree: Tree, node, prior_logits, value, embedding) -> Tree:
-    """Fill node (B,) with a network evaluation and count its first visit."""
-    b = jnp.arange(node.shape[0])
+    """Fill node (B,) (or ROOT) with a network evaluation and count its first visit."""
+    b = jnp.arange(tree.node_visits.shape[0])
     return tree._replace(
         children_prior_logits=tree.children_prior_logits.at[b, node].set(prior_logits),
         raw_values=tree.raw_values.at[b, node].set(value),
