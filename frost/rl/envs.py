@@ -39,13 +39,8 @@ class Env:
         state, reward, terminated, truncated = self.transition(state, action)
         done = terminated | truncated
         state = where(done, self.init(key), state)
-        return (
-            self.observe(state),
-            state,
-            reward.astype(f32),
-            done,
-            {"terminated": terminated, "truncated": truncated},
-        )
+        info = {"terminated": terminated, "truncated": truncated}
+        return self.observe(state), state, reward.astype(f32), done, info
 
 
 class CartPoleState(NamedTuple):
