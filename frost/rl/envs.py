@@ -178,14 +178,8 @@ class Breakout(Env):
         return new, gain.astype(f32), bottom & ~centre & ~side, jnp.zeros((), bool)
 
     def observe(self, s):
-        obs = (
-            jnp.zeros((10, 10, 4), f32)
-            .at[9, s.paddle, 0]
-            .set(1.0)
-            .at[s.ball_y, s.ball_x, 1]
-            .set(1.0)
-        )
-        # (10, 10, 4)
+        obs = jnp.zeros((10, 10, 4), f32)  # channels paddle, ball, trail, brick
+        obs = obs.at[9, s.paddle, 0].set(1.0).at[s.ball_y, s.ball_x, 1].set(1.0)
         return obs.at[s.last_y, s.last_x, 2].set(1.0).at[:, :, 3].set(s.bricks.astype(f32))
 
 
