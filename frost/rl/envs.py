@@ -153,8 +153,10 @@ class Breakout(Env):
         # start at (0, 3) going down-right or (9, 3) down-left
         right = jax.random.randint(key, (), 0, 2, i32)
         x, y = 9 * right, i32(3)
-        bricks = jnp.zeros((10, 10), bool).at[1:4].set(True)
-        return BreakoutState(x, y, 2 + right, x, y, i32(4), bricks, jnp.zeros((), bool))
+        return BreakoutState(x, y, 2 + right, x, y, i32(4), self.wall(), jnp.zeros((), bool))
+
+    def wall(self):  # a new episode's bricks, and the refill when all are gone: rows 1 to 3
+        return jnp.zeros((10, 10), bool).at[1:4].set(True)
 
     def transition(self, s, action):
         flip_x, flip_y, edge = jnp.array([self.FLIP_X, self.FLIP_Y, self.PADDLE_EDGE], i32)
@@ -167,9 +169,7 @@ class Breakout(Env):
         gain = brick & ~s.strike  # a brick breaks only if the last step broke none
         bottom = ~top & ~brick & (y == 9)
         bricks = s.bricks.at[y, x].set(s.bricks[y, x] & ~gain)
-        bricks = jnp.where(
-            bottom & ~bricks.any(), jnp.zeros((10, 10), bool).at[1:4].set(True), bricks
-        )
+        bricks = jnp.where(bottom & ~bricks.any(), self.wall(), bricks)
         centre = bottom & (s.ball_x == paddle)  # straight back up
         side = bottom & ~centre & (x == paddle)  # off the paddle's edge
         d = jnp.where(top | gain | centre, flip_y[d], jnp.where(side, edge[d], d))
