@@ -134,15 +134,13 @@ def _run(cfg, out, env, hp, seeds, per_update: int) -> int:
     meta = {"algo": cfg.algo, "env": cfg.env, "seeds": seeds, "hidden": hp.hidden}
     checkpoint.save(out / "checkpoint", hp.updates * per_update, {"model": models}, meta=meta)
     final = evaluate(cfg.algo, env, models, seeds)  # after the checkpoint: it cannot lose the run
-    results = {
-        "seeds": [
-            {"seed": s, "final_return": float(r), "steps": hp.updates * per_update, "seconds": t}
-            for s, r, t in zip(seeds, np.asarray(final), seconds)
-        ]
-    }
-    atomic.write(out / "results.json", json.dumps(results, indent=1))
+    rows = [
+        {"seed": s, "final_return": float(r), "steps": hp.updates * per_update, "seconds": t}
+        for s, r, t in zip(seeds, np.asarray(final), seconds)
+    ]
+    atomic.write(out / "results.json", json.dumps({"seeds": rows}, indent=1))
     plot.returns(rec.records, out / "returns.png", str(out))
-    for row in results["seeds"]:
+    for row in rows:
         print(
             f"seed {row['seed']}: evaluation return {row['final_return']:.1f} after {row['steps']} "
             f"steps in {row['seconds']:.1f} s"
