@@ -241,11 +241,12 @@ def test_quick_end_to_end_writes_the_report(audited):
         "optax:adamw",
         "step speedup",
         "wall-clock speedup",
+        "scale.png",
         "curves.png",
         "lr.png",
     ):
         assert text in report
-    for png in ("curves.png", "lr.png"):
+    for png in ("scale.png", "curves.png", "lr.png"):
         assert (audited / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     made = json.loads((audited / "results.json").read_text())["provenance"]
     assert (made["jax"], made["devices"], made["protocol"]) == (
@@ -403,7 +404,7 @@ def test_runs_split_over_eight_devices_give_the_one_device_results(tmp_path):
         (["--data", "x.txt"], "--data x.txt: say which workload"),
         (["--workload", "image", "--data", "NOWHERE"], "not a known data set"),
         (["--workload", "gpt", "--data", "SHORT"], "too little text"),
-        (["--mesh", "runs=0"], "--mesh runs=0: give runs=N with N <= 1, the devices visible"),
+        (["--mesh", "runs=0"], "--mesh runs=0: give runs=N, N <= 1 (the devices seen)"),
         (["--mesh", "data=9"], "--mesh data=9: give runs=N"),
         (["--workload", "gpt", "--sizes", "48x2"], "--sizes 48x2: give WIDTHxDEPTH with a width"),
         (["--workload", "gpt", "--sizes", "64x2,big"], "--sizes big: give WIDTHxDEPTH"),

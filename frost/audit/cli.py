@@ -77,9 +77,7 @@ class AuditConfig(Checked):
         "a first look in minutes: the smaller width, one weight decay and key value, "
         "a third of the steps",
     )
-    mesh: str | None = option(
-        None, "runs=N: split each batch of vmapped runs over N devices (the same results as on one)"
-    )
+    mesh: str | None = option(None, "runs=N: split each batch of vmapped runs over N devices")
     plan: bool = option(False, "print the runs, FLOPs, memory and time it would take; train none")
     out: str = option("audit", "output folder: runs/*.json, results.json, report.md, PNG plots")
     reproduce: str | None = option(

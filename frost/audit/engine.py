@@ -78,9 +78,7 @@ def runs_mesh(spec: str | None) -> Mesh | None:
     """The 1-D "runs" mesh of `--mesh runs=N` over this process's first N devices; None: none."""
     devices, given = jax.local_devices(), re.fullmatch(r"runs=([1-9][0-9]*)", spec or "runs=1")
     if given is None or int(given[1]) > len(devices):
-        raise UsageError(
-            f"--mesh {spec}: give runs=N with N <= {len(devices)}, the devices visible"
-        )
+        raise UsageError(f"--mesh {spec}: give runs=N, N <= {len(devices)} (the devices seen)")
     return Mesh(np.asarray(devices[: int(given[1])]), ("runs",)) if spec else None
 
 

@@ -1,6 +1,7 @@
 """The audit's outputs, made from the runs alone (so a resumed audit writes the same files):
 OUT/results.json (every run), OUT/report.md (protocol, grid, a table and findings per workload),
-OUT/curves.png (each optimizer's best configuration, mean over the fresh seeds) and OUT/lr.png
+OUT/scale.png (step speedup against parameters), OUT/curves.png (each optimizer's best
+configuration, mean and range over the fresh seeds) and OUT/lr.png
 (final loss against learning rate: the sensitivity curve).
 """
 
@@ -198,7 +199,7 @@ def _scale(results, summaries) -> list[str]:
     return lines or ["- Only one width per workload was audited."]
 
 
-def _plots(out, results):
+def _plots(out, results, summaries):
     from matplotlib.figure import Figure
 
     for file, draw in (("curves.png", _curves), ("lr.png", _sensitivity)):
@@ -212,14 +213,34 @@ def _plots(out, results):
             ax.legend(fontsize=7)
         fig.tight_layout()
         atomic.write_png(out / file, fig)
+    # step speedup [95%] against parameters, per optimizer and kind (Wen et al.'s Figure 1)
+    points = {}  # {"lion (gpt)": [(parameters, Interval)]}
+    for name, (wl, res) in results.items():
+        for n, row in summaries[name].items():
+            if n not in ("adamw", BASE) and row["interval"] is not None:
+                points.setdefault(f"{n} ({wl.kind})", []).append((res["params"], row["interval"]))
+    fig = Figure(figsize=(5, 4))
+    ax = fig.subplots()
+    for label, line in points.items():
+        x, spans = zip(*line)
+        mean = np.array([s.mean for s in spans])
+        spread = [mean - [s.low for s in spans], [s.high for s in spans] - mean]
+        ax.errorbar(x, mean, yerr=spread, fmt="o-", capsize=3, label=label)
+    ax.axhline(1, color="grey", linewidth=0.8, label="tuned AdamW")
+    ax.set(xscale="log", yscale="log", xlabel="parameters", ylabel="step speedup over tuned AdamW")
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    atomic.write_png(out / "scale.png", fig)
 
 
 def _curves(ax, res):
     for n, runs in [*res["finals"].items(), (BASE, res["baseline"])]:
         if ok := [[v for _, v in r["curve"]] for r in runs if not r["diverged"]]:
-            style = "--" if n == BASE else "-"
-            ax.plot([s for s, _ in runs[0]["curve"]], np.mean(ok, 0), style, label=n)
-    ax.set(xlabel="step", ylabel="training loss (mean over fresh seeds)")
+            steps, style = [s for s, _ in runs[0]["curve"]], "--" if n == BASE else "-"
+            color = ax.plot(steps, np.mean(ok, 0), style, label=n)[0].get_color()
+            ax.fill_between(steps, np.min(ok, 0), np.max(ok, 0), color=color, alpha=0.2)
+    ax.set(xlabel="step", ylabel="training loss (mean over fresh seeds; band: their range)")
 
 
 def _sensitivity(ax, res):
@@ -373,8 +394,8 @@ def write(out, results, cfg, command, data: str = ""):
     text += [
         "\n## Scale\n",
         *_scale(results, summaries),
-        "\n![loss curves of the best configurations](curves.png)\n\n![final loss against learning "
-        "rate](lr.png)",
+        "\n![step speedup against model size](scale.png)\n\n![loss curves of the best "
+        "configurations](curves.png)\n\n![final loss against learning rate](lr.png)",
     ]
-    _plots(out, results)
+    _plots(out, results, summaries)
     return atomic.write(out / "report.md", "\n".join(text) + "\n")

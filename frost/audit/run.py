@@ -174,6 +174,7 @@ class Audit:
         }
         baseline = train("adamw", [protocol.BASELINE[wl.kind]], seeds)
         return {
+            "params": _params(wl, data),
             "steps": steps,
             "trials": trials,
             "tuning": tuning,
@@ -302,9 +303,7 @@ def show_plan(a: Audit, variants) -> None:
     better). Refuses a workload one run of which does not fit, before any training."""
     cfg, rate, seconds, flops = a.cfg, {}, 0.0, 0.0
     devices = (a.mesh.size if a.mesh else 1) * jax.process_count()
-    print(
-        "| workload | parameters | steps | runs | FLOPs | memory per run | runs per device | time |"
-    )
+    print("| workload | parameters | steps | runs | FLOPs | memory/run | runs/device | time |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for wl, d in variants:
         runs, work = a.plan([(wl, d)], cfg.names)
