@@ -486,7 +486,7 @@ def test_plan_prints_the_cost_and_refuses_what_does_not_fit(tmp_path, capsys, mo
     monkeypatch.setattr(engine, "memory", lambda: 2**20)
     assert cli(argv) == 2
     err = capsys.readouterr().err
-    assert "--sizes: a run of gpt-64x2 needs" in err and err.count("\n") == 1
+    assert "--plan: a run of gpt-64x2 needs" in err and err.count("\n") == 1
 
 
 def test_text_data_from_any_utf8_file(tmp_path):

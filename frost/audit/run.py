@@ -318,8 +318,8 @@ def show_plan(a: Audit, variants) -> None:
         need = engine.footprint(wl, d, "adamw", a.trials(wl, "adamw")[0], cfg.seeds)
         if need > 0.5 * engine.memory():
             raise UsageError(
-                f"--sizes: a run of {wl.name} needs {need / 2**30:.1f} GiB, more than half of a "
-                f"device's {engine.memory() / 2**30:.1f} GiB; give smaller --sizes"
+                f"--plan: a run of {wl.name} needs {need / 2**30:.1f} GiB, more than half of a "
+                f"device's {engine.memory() / 2**30:.1f} GiB; audit smaller models (--sizes)"
             )
         seconds, flops = seconds + work * rate[wl.kind] / devices, flops + 6 * work
         print(
