@@ -214,15 +214,10 @@ class Loader(contextlib.AbstractContextManager):
             while pos not in self._ready:
                 for w, (slot, index, trace) in self._pool.wait():
                     done, _ = self._busy.pop(slot)
-                    if trace is None or isinstance(trace, FrostError):
-                        self._ready[done] = trace or slot
-                    else:
-                        self._ready[done] = WorkerError(
-                            f"data worker {w} failed on sample index {index} (epoch {done[0]}); "
-                            f"its traceback:\n{trace}",
-                            index,
-                            trace,
-                        )
+                    if trace is not None and not isinstance(trace, FrostError):  # a traceback
+                        why = f"data worker {w} failed on sample index {index} (epoch {done[0]})"
+                        trace = WorkerError(f"{why}; its traceback:\n{trace}", index, trace)
+                    self._ready[done] = trace or slot
             slot = self._ready.pop(pos)
             if isinstance(slot, FrostError):  # raised in stream order, after the batches before it
                 raise slot
