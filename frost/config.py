@@ -123,10 +123,12 @@ class Checked:
 
 def _arg_type(hint):
     """The argparse type of a field annotation: int, float, str, bool (also inside `X | None`),
-    or tuple for `tuple[str, ...]`."""
+    tuple for `tuple[str, ...]`, or for `int | str` a number or a word (`--seeds 5`, `auto`)."""
     if typing.get_origin(hint) is tuple:
         return tuple
     args = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
+    if args == [int, str]:
+        return lambda text: int(text) if text.isdigit() else text
     return args[0] if args[0] in (int, float, str, bool) else str
 
 

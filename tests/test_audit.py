@@ -400,7 +400,9 @@ def test_runs_split_over_eight_devices_give_the_one_device_results(tmp_path):
         (["--optimizer", "no_such_module_here:make"], "cannot import it"),
         (["--budget", "25"], "--budget 25: must be a multiple of 10"),
         (["--budget", "10"], "--budget 10: must be a whole number >= 20"),
-        (["--seeds", "2"], "--seeds 2: must be a whole number >= 3"),
+        (["--seeds", "2"], "--seeds 2: must be auto or a whole number >= 3"),
+        (["--seeds", "some"], "--seeds 'some': must be auto or a whole number >= 3"),
+        (["--max-seeds", "6"], "--max-seeds 6: caps --seeds auto; give --seeds auto"),
         (["--data", "x.txt"], "--data x.txt: say which workload"),
         (["--workload", "image", "--data", "NOWHERE"], "not a known data set"),
         (["--workload", "gpt", "--data", "SHORT"], "too little text"),
@@ -543,6 +545,26 @@ def test_a_a_control_finds_no_difference(tmp_path, monkeypatch):
     (claim,) = saved["claims"]
     assert claim["low"] <= 1 <= claim["high"] and claim["verdict"] != "supported"
     assert "| adamw-again 1.5x | image-s | 1.5x |" in (out / "report.md").read_text()
+
+
+def test_seeds_auto_reruns_more_seeds_until_the_claim_is_decided_or_the_cap(tmp_path, capsys):
+    """--seeds auto: 3 seeds, then as many more as the power estimate asks for, in batches of 3,
+    up to --max-seeds, while a claim is inconclusive; --reproduce replays the rounds."""
+    out = tmp_path / "auto"
+    argv = [*SMALL, "--optimizers", "adamw,lion", "--seeds", "auto", "--max-seeds", "9"]
+    assert cli(["audit", *argv, "--claim", "lion=1.5", "--out", str(out)]) == 0
+    saved = json.loads((out / "results.json").read_text())
+    finals = [r for r in saved["runs"] if r["optimizer"] == "lion" and r["seed"] > 0]
+    assert sorted(r["seed"] for r in finals) == list(range(1, 10))
+    (claim,) = saved["claims"]  # inconclusive on 3 seeds, and still on 9
+    assert claim["verdict"] == "inconclusive" and claim["low"] < 1.5 < claim["high"]
+    assert "rerun on seeds 1-9" in (out / "report.md").read_text()
+    assert cli(["audit", "--reproduce", str(out), "--sample", "8"]) == 0
+    assert capsys.readouterr().out.count(": matches bit for bit") == 8
+    # decided on the first 3: no more seeds
+    assert cli(["audit", *argv, "--claim", "lion=1.01", "--out", str(tmp_path / "decided")]) == 0
+    saved = json.loads((tmp_path / "decided" / "results.json").read_text())
+    assert {r["seed"] for r in saved["runs"]} == {0, 1, 2, 3}
 
 
 def test_the_report_names_the_command_that_makes_it():

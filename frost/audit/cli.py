@@ -2,9 +2,9 @@
 (frost/audit/protocol.py).
 
     frost audit [--workload gpt|image|all] [--optimizers adamw,lion,sophia,muon]
-                [--optimizer MODULE:FUNC ...] [--data PATH] [--budget S] [--seeds N] [--quick]
-                [--claim NAME=X ...] [--sizes WxD,...] [--tokens-per-param R] [--plan]
-                [--mesh runs=N] [--out DIR]
+                [--optimizer MODULE:FUNC ...] [--data PATH] [--budget S] [--quick]
+                [--seeds N|auto] [--max-seeds N] [--claim NAME=X ...]
+                [--sizes WxD,...] [--tokens-per-param R] [--plan] [--mesh runs=N] [--out DIR]
                 [--coordinator HOST:PORT --num-processes P --process-id I]
     frost audit --reproduce OUT [--sample N]
 
@@ -71,7 +71,13 @@ class AuditConfig(Checked):
         "tokens per parameter that set the GPTs' steps (with --sizes: 20)",
         optional(config.positive),
     )
-    seeds: int = option(3, "fresh seeds the best configuration is rerun on", whole(3))
+    seeds: int | str = option(
+        3,
+        "fresh seeds the best configuration is rerun on, or auto: 3 more at a time until every "
+        "claim (without --claim: every speedup against 1) is decided, up to --max-seeds",
+        lambda x: None if x == "auto" else whole(3)(x) and "must be auto or a whole number >= 3",
+    )
+    max_seeds: int = option(10, "the most seeds --seeds auto reruns", whole(3))
     quick: bool = option(
         False,
         "a first look in minutes: the smaller width, one weight decay and key value, "
@@ -93,6 +99,8 @@ class AuditConfig(Checked):
                 given = getattr(self, f.name) != f.default
                 if given and f.name not in ("reproduce", "sample", "data"):
                     raise UsageError(f"--reproduce: takes OUT's options from it; drop --{f.name}")
+        if self.max_seeds != 10 and self.seeds != "auto":
+            raise UsageError(f"--max-seeds {self.max_seeds}: caps --seeds auto; give --seeds auto")
         if self.budget is not None and self.budget % 10:
             raise UsageError(
                 f"--budget {self.budget}: must be a multiple of 10 (steps run in chunks of 10)"

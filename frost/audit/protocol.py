@@ -14,7 +14,10 @@ are the rules the report states:
 - **End of training only**: every budget is its own run, its schedule (10% linear warmup, cosine
   decay to zero) completed; the final loss is the held-out loss after the last step.
 - **Fresh seeds** (no winner's curse): the best trial is rerun on seeds 1-{seeds}: mean ± 95%
-  Student-t interval.
+  Student-t interval. `--seeds auto`: 3 seeds, then more, in batches of 3, while a claim (without
+  claims, a speedup against 1) is inconclusive, as many as its power estimate (below) asks for, up
+  to `--max-seeds`. The intervals are not corrected for these repeated looks: a verdict reached
+  after several rounds is less sure than its 95% says.
 - **Instability counted, never dropped**: a run whose loss, gradients or update turn NaN/Inf, or
   whose training loss exceeds 1.5 ln(classes) (a uniform guess scores ln(classes)), is diverged
   at that step. *Stable*: the share of the grid that was not; *LR range*: largest/smallest
@@ -22,7 +25,7 @@ are the rules the report states:
 - **Speedup** (Wen et al. 2025), per fresh seed s: the steps tuned AdamW needs to reach the
   optimizer's final loss on seed s, interpolated in log(steps) between tuned AdamW's reruns of
   seed s at {budgets} times the budget, over the optimizer's steps. *Wall-clock*: the same in
-  seconds, the optimizer's own cost included (runs vmapped {seeds} at a time, seconds shared
+  seconds, the optimizer's own cost included (runs vmapped {batch} at a time, seconds shared
   equally).
 - **Intervals**: the step speedup is the geometric mean over the seeds with a 95% Student-t
   interval on the log speedups (a seed beyond AdamW's budgets counts at the bound and leaves

@@ -342,9 +342,10 @@ def run_key(record: dict) -> str:
     return json.dumps([record[k] for k in KEY], sort_keys=True)
 
 
-def write(out, results, cfg, command, data: str = ""):
+def write(out, results, cfg, command, data: str = "", batch: int = 3):
     """Write results.json, report.md and the plots; `results` is {workload: (Workload,
-    run.Audit.workload())}; `data` the data's fingerprints, for the provenance."""
+    run.Audit.workload())}; `data` the data's fingerprints, for the provenance; `batch` the runs
+    trained together."""
     runs = {}
     for _, res in results.values():
         for r in _every(res):
@@ -359,7 +360,8 @@ def write(out, results, cfg, command, data: str = ""):
     seconds = sum(r["seconds"] for r in runs.values())
     rules = protocol.__doc__.split("\n\n", 2)[2].format(
         trials=len(first["trials"]["adamw"]),
-        seeds=cfg.seeds,
+        seeds=max(r["seed"] for r in first["baseline"]),
+        batch=batch,
         tolerance=protocol.TOLERANCE,
         budgets=", ".join(f"{b / first['steps']:.3g}" for b in sorted(first["curve"])),
     )

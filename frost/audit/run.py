@@ -40,6 +40,7 @@ from frost.train.job import claim
 # AdamW's budgets for the speedup, in units of the budget
 BUDGETS = (0.5, 1, 2, 4)
 QUICK_BUDGETS = (0.5, 1, 2)
+MIN_SEEDS = 3  # --seeds auto's first round and runs per batch
 CHINCHILLA = 20  # training tokens per parameter (Hoffmann et al. 2022): --sizes' default
 # --reproduce: the relative difference in final loss allowed on other versions or devices
 TOLERANCE = 1e-3
@@ -80,6 +81,9 @@ class Audit:
         self.checked = {}  # {run key: its result retrained}
         self.mesh = engine.runs_mesh(cfg.mesh)
         self.batch = 0  # batches planned so far: process i of P trains those numbered i mod P
+        # runs per batch; the seeds rerun now (--seeds auto: 3 more a round; --plan: its most)
+        self.k = MIN_SEEDS if cfg.seeds == "auto" else cfg.seeds
+        self.seeds = cfg.max_seeds if cfg.seeds == "auto" and cfg.plan else self.k
         # AdamW's budgets, in units of the tuning budget
         self.budgets = QUICK_BUDGETS if cfg.quick else BUDGETS
         self.bar = None  # the progress bar over runs
@@ -105,7 +109,7 @@ class Audit:
 
     def train(self, wl, data, name, runs, cost) -> list[dict]:
         """The results of `runs` (one optimizer): from disk, or trained N at a time and saved."""
-        n, head = self.cfg.seeds, {"workload": wl.name, "optimizer": name}
+        n, head = self.k, {"workload": wl.name, "optimizer": name}
         for group in engine.groups(wl, data, name, runs):
             for i in range(0, len(group.runs), n):
                 batch = group.runs[i : i + n]
@@ -116,7 +120,10 @@ class Audit:
                 # each run's identity: workload, optimizer, hyperparams, seed, steps
                 heads = [{**head, **r._asdict()} for r in batch]
                 keys = [report.run_key(h) for h in heads]
-                wanted = set(keys) & self.check if self.check is not None else None
+                # --reproduce: the sample's runs in this batch, once (auto's rounds repeat it)
+                wanted = (
+                    set(keys) & self.check - set(self.checked) if self.check is not None else None
+                )
                 mine = self.batch % jax.process_count() == jax.process_index()
                 self.batch += 1
                 if wanted or (wanted is None and mine and not all(p.exists() for p in paths)):
@@ -150,7 +157,7 @@ class Audit:
 
     def workload(self, wl, data, names):
         """Tune, rerun and measure one workload; returns its runs by role."""
-        steps, seeds, cost = self.steps(wl, data), range(1, self.cfg.seeds + 1), _cost(wl, data)
+        steps, seeds, cost = self.steps(wl, data), range(1, self.seeds + 1), _cost(wl, data)
 
         # each of `hyperparams` on each of `seeds`
         def train(name, hyperparams, seeds, budget=steps):
@@ -184,6 +191,25 @@ class Audit:
             "baseline": baseline,
         }
 
+    def more(self, results) -> int:
+        """--seeds auto: the seeds of the next round, 0 when none is due. One is due while a
+        claim (without --claim, a speedup against 1) is inconclusive and --max-seeds is not
+        reached: as many seeds as its power estimate asks for, in whole batches."""
+        if self.cfg.seeds != "auto" or self.seeds >= self.cfg.max_seeds:
+            return 0
+        claims = self.cfg.claims or {n: 1.0 for n in self.cfg.names if n != "adamw"}
+        want = []  # the undecided claims' power estimates
+        for wl, res in results.values():
+            rows = report.summarise({**res, "kind": wl.kind})
+            for n, claimed in claims.items():
+                s = rows.get(n, {}).get("interval")
+                if s and protocol.verdict(s, claimed) == "inconclusive":
+                    want.append(protocol.seeds_to_decide(s, claimed) or self.cfg.max_seeds)
+        if not want:
+            return 0
+        more = max(math.ceil((max(want) - self.seeds) / self.k), 1) * self.k  # whole batches
+        return min(self.seeds + more, self.cfg.max_seeds)
+
     def plan(self, variants, names) -> tuple[int, float]:
         """(runs, work) the audit will take, for the progress bar and its estimate of the time
         left."""
@@ -191,8 +217,8 @@ class Audit:
         # the grids, then reruns: finals, AdamW's other budgets, the baseline
         for wl, data in variants:
             trials = sum(len(self.trials(wl, n)) for n in names)
-            runs += trials + self.cfg.seeds * (len(names) + len(self.budgets))
-            budget_units = trials + self.cfg.seeds * (len(names) + sum(self.budgets))
+            runs += trials + self.seeds * (len(names) + len(self.budgets))
+            budget_units = trials + self.seeds * (len(names) + sum(self.budgets))
             work += _cost(wl, data) * self.steps(wl, data) * budget_units
         return runs, work
 
@@ -238,16 +264,18 @@ def audit(cfg, progress: bool = True, check: set | None = None, records=None):
         raise
     if cfg.plan:
         return show_plan(a, variants)
-    total, a.work = a.plan(variants, cfg.names)
-    with tqdm(
-        total=total, unit="run", desc="audit", disable=not progress, dynamic_ncols=True
-    ) as a.bar:
-        results = {wl.name: (wl, a.workload(wl, d, cfg.names)) for wl, d in variants}
+    with tqdm(unit="run", desc="audit", disable=not progress, dynamic_ncols=True) as a.bar:
+        while a.seeds:  # one round; --seeds auto: until its claims are decided
+            total, a.work = a.plan(variants, cfg.names)
+            a.bar.reset(total)
+            a.done = 0.0
+            results = {wl.name: (wl, a.workload(wl, d, cfg.names)) for wl, d in variants}
+            a.seeds = a.more(results)
     if check is not None:
         return a
     if jax.process_count() > 1:
         print(f"process {jax.process_index()}: trained {a.trained / a.work:.0%} of the work")
-    write = lambda: str(report.write(a.out, results, cfg, command(cfg), a.prints))  # noqa: E731
+    write = lambda: str(report.write(a.out, results, cfg, command(cfg), a.prints, a.k))  # noqa: E731
     return pathlib.Path(parallel.on_first(write))  # process 0 writes the report
 
 
@@ -309,13 +337,11 @@ def show_plan(a: Audit, variants) -> None:
         runs, work = a.plan([(wl, d)], cfg.names)
         if wl.kind not in rate:  # seconds per unit of work (a step's examples x parameters)
             probe = workloads.WORKLOADS[f"{wl.kind}-s"]
-            trial = [
-                engine.Run(a.trials(probe, "adamw")[0], s, engine.CHUNK) for s in range(cfg.seeds)
-            ]
+            trial = [engine.Run(a.trials(probe, "adamw")[0], s, engine.CHUNK) for s in range(a.k)]
             (group,) = engine.groups(probe, d, "adamw", trial)
             timed = engine.run_group(probe, d, "adamw", group)[0]["seconds"]
             rate[wl.kind] = timed / (engine.CHUNK * _cost(probe, d))
-        need = engine.footprint(wl, d, "adamw", a.trials(wl, "adamw")[0], cfg.seeds)
+        need = engine.footprint(wl, d, "adamw", a.trials(wl, "adamw")[0], a.k)
         if need > 0.5 * engine.memory():
             raise UsageError(
                 f"--plan: a run of {wl.name} needs {need / 2**30:.1f} GiB, more than half of a "
