@@ -30,6 +30,14 @@ from frost.optim.transforms import (
 )
 
 
+def _decoupled(scaling, weight_decay, mask, learning_rate) -> GradientTransformation:
+    """`scaling`, then decoupled weight decay (Loshchilov & Hutter 2019), then the learning rate:
+    the chain of AdamW, Lion, Sophia and Muon."""
+    return chain(
+        scaling, add_decayed_weights(weight_decay, mask), scale_by_learning_rate(learning_rate)
+    )
+
+
 def sgd(
     learning_rate,
     momentum: float | None = None,
@@ -89,10 +97,8 @@ def adamw(
 
     The decay is multiplied by η, as in torch.optim.AdamW and optax.adamw.
     """
-    return chain(
-        scale_by_adam(b1, b2, eps, eps_root, mu_dtype),
-        add_decayed_weights(weight_decay, mask),
-        scale_by_learning_rate(learning_rate),
+    return _decoupled(
+        scale_by_adam(b1, b2, eps, eps_root, mu_dtype), weight_decay, mask, learning_rate
     )
 
 
@@ -108,11 +114,7 @@ def lion(
 
     θ <- θ - η·(sign(b1·m + (1-b1)·g) + λθ);   m <- b2·m + (1-b2)·g
     """
-    return chain(
-        scale_by_lion(b1, b2, mu_dtype),
-        add_decayed_weights(weight_decay, mask),
-        scale_by_learning_rate(learning_rate),
-    )
+    return _decoupled(scale_by_lion(b1, b2, mu_dtype), weight_decay, mask, learning_rate)
 
 
 def sophia(
@@ -139,11 +141,8 @@ def sophia(
 
     (update_hessian evaluates the estimate only on refresh steps; `hutchinson` is Sophia-H.)
     """
-    return chain(
-        scale_by_sophia(b1, b2, gamma, eps, interval, state_dtype),
-        add_decayed_weights(weight_decay, mask),
-        scale_by_learning_rate(learning_rate),
-    )
+    scaling = scale_by_sophia(b1, b2, gamma, eps, interval, state_dtype)
+    return _decoupled(scaling, weight_decay, mask, learning_rate)
 
 
 def muon(
@@ -184,11 +183,8 @@ def muon(
     labels = labels or (
         lambda params: jax.tree.map(lambda p: "muon" if p.ndim == 2 else "adam", params)
     )
-    muon = chain(
-        scale_by_muon(momentum, nesterov, ns_steps, mu_dtype, bias_correction),
-        add_decayed_weights(weight_decay, mask),
-        scale_by_learning_rate(learning_rate),
-    )
+    scaling = scale_by_muon(momentum, nesterov, ns_steps, mu_dtype, bias_correction)
+    muon = _decoupled(scaling, weight_decay, mask, learning_rate)
     adam_lr = learning_rate if adam_learning_rate is None else adam_learning_rate
     adam = functools.partial(adamw, mu_dtype=mu_dtype, weight_decay=adam_weight_decay, mask=mask)
     return partition({"muon": muon, "adam": adam(adam_lr, adam_b1, adam_b2, adam_eps)}, labels)
