@@ -67,28 +67,23 @@ def mlp(obs_shape, n_out: int, hidden: int, activation, out_scale: float, *, key
     return nn.Sequential(nn.Flatten(), *layers[:-1])
 
 
-def episode_metrics(reward, done, running, last) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """Track returns across rollouts: running (B,) sums of this episode so far, last () the mean
-    return of the latest episodes to finish. Returns (running, last, finished episodes)."""
+def episode_metrics(reward, done, runner) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Track returns across rollouts of reward, done (T, B): the runner's `running` (B,) sums of
+    this episode so far, `last_return` () the mean return of the latest episodes to finish.
+    Returns (running, last_return, finished episodes)."""
 
     def step(carry, x):
         running, total, count = carry
         r, d = x
         running = running + r
-        return (
-            jnp.where(d, 0.0, running),
-            total + jnp.where(d, running, 0.0).sum(),
-            count + d.sum(),
-        ), None
+        ended = jnp.where(d, running, 0.0).sum()  # the returns of the episodes ending here
+        return (jnp.where(d, 0.0, running), total + ended, count + d.sum()), None
 
     (running, total, count), _ = lax.scan(
-        step, (running, jnp.zeros(()), jnp.zeros((), jnp.int32)), (reward, done)
+        step, (runner.running, jnp.zeros(()), jnp.zeros((), jnp.int32)), (reward, done)
     )
-    return (
-        running,
-        jnp.where(count > 0, total / jnp.maximum(count, 1).astype(jnp.float32), last),
-        count,
-    )
+    mean = total / jnp.maximum(count, 1).astype(jnp.float32)
+    return running, jnp.where(count > 0, mean, runner.last_return), count
 
 
 def start(env, network, cfg: AgentConfig, key) -> tuple:

@@ -125,9 +125,7 @@ def anakin(env, cfg: Config) -> tuple[Callable, Callable]:
         model, opt_state = where(learn, stepped, (r.model, r.opt_state))
         # a copy every target_every env steps
         target = where(steps % cfg.target_every < B, model, r.target)
-        running, last, episodes = episode_metrics(
-            reward[None], done[None], r.running, r.last_return
-        )
+        running, last, episodes = episode_metrics(reward[None], done[None], r)
         r = Runner(model, target, opt_state, buffer, obs, state, running, last, key, r.t + 1)
         return r, dict(
             metrics, **{"return": last, "episodes": episodes, "epsilon": epsilon(r.t * B, cfg)}

@@ -222,9 +222,7 @@ def anakin(env, cfg: Config) -> tuple[Callable, Callable]:
         # LEARN: gradient steps on windows sampled from the ring
         carry = (r.model, r.opt_state, ring, filled)
         carry, metrics = jax.lax.scan(learn, carry, jax.random.split(k_learn, cfg.learn_steps))
-        running, last, episodes = episode_metrics(
-            steps.reward, steps.done, r.running, r.last_return
-        )
+        running, last, episodes = episode_metrics(steps.reward, steps.done, r)
         r = Runner(carry[0], carry[1], ring, filled, r.obs, r.env_state, running, last, key)
         metrics = jax.tree.map(lambda m: m[-1], metrics)
         return r, dict(metrics, **{"return": last, "episodes": episodes})

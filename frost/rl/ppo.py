@@ -200,7 +200,7 @@ def anakin(env, cfg: Config) -> tuple[Callable, Callable]:
         rollout = Rollout(jnp.concatenate([obs, r.obs[None]]), action, logp, reward, done)
         key, k_update = jax.random.split(r.key)
         model, opt_state, metrics = update(r.model, r.opt_state, rollout, k_update, cfg, opt)
-        running, last, episodes = episode_metrics(reward, done, r.running, r.last_return)
+        running, last, episodes = episode_metrics(reward, done, r)
         r = r._replace(model=model, opt_state=opt_state, running=running, last_return=last, key=key)
         return r, dict(metrics, **{"return": last, "episodes": episodes})
 
