@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 
 from frost.optim.base import GradientTransformation, call_update
-from frost.optim.transforms import all_finite
+from frost.optim.transforms import all_finite, wide
 from frost.tree import where
 
 
@@ -47,7 +47,7 @@ def unscale(state: LossScale, grads) -> Any:
     """Scaled gradients -> true gradients, in float32 (at least)."""
 
     def leaf(g):
-        g = g.astype(jnp.float32) if g.dtype.itemsize < 4 else g
+        g = g.astype(wide(g.dtype))
         return g / state.scale.astype(g.dtype)
 
     return jax.tree.map(leaf, grads)

@@ -39,13 +39,15 @@ def _cast(h, x):
     return h.astype(x.dtype)
 
 
+def wide(dtype):
+    """`dtype`, but at least float32: bfloat16 and float16 (and narrower) give float32."""
+    return dtype if dtype.itemsize >= 4 else jnp.float32
+
+
 def _zeros(tree, dtype=None):
     """A state buffer shaped like `tree`: in `dtype`, else in the leaf's dtype but at least float32
     (so bfloat16 parameters get float32 moments; pass mu_dtype=jnp.bfloat16 to halve them)."""
-    return jax.tree.map(
-        lambda p: jnp.zeros(p.shape, dtype or (p.dtype if p.dtype.itemsize >= 4 else jnp.float32)),
-        tree,
-    )
+    return jax.tree.map(lambda p: jnp.zeros(p.shape, dtype or wide(p.dtype)), tree)
 
 
 def _real_zeros(name, tree, dtype=None):
@@ -90,7 +92,7 @@ def global_norm(tree) -> jax.Array:
     """sqrt(sum of |x|² over every element of every leaf), accumulated in float32 (or wider)."""
 
     def sum_sq(x):
-        x = x if x.dtype.itemsize >= 4 else x.astype(jnp.float32)
+        x = x.astype(wide(x.dtype))
         return jnp.sum(jnp.real(x * jnp.conj(x)))
 
     return jnp.sqrt(sum(sum_sq(x) for x in jax.tree.leaves(tree)))
@@ -466,10 +468,7 @@ def ema_params(decay: float = 0.999) -> GradientTransformation:
     with `find_states(state, EmaState)[0].ema`; it is kept in float32 for low-precision params."""
 
     def init(params):
-        return EmaState(
-            jax.tree.map(lambda p: p.astype(jnp.float32) if p.dtype.itemsize < 4 else p, params),
-            hyperparam(decay),
-        )
+        return EmaState(jax.tree.map(lambda p: p.astype(wide(p.dtype)), params), hyperparam(decay))
 
     def update(u, state, params=None):
         _need_params("ema_params", params)
