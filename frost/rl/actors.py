@@ -33,7 +33,8 @@ import numpy as np
 
 from frost.data.workers import Layout, Processes, WorkerError
 
-# A rollout's fields: obs (T + 1, B, *obs_shape) float32, then these (T, B) arrays and their dtypes.
+# A rollout's fields: obs (T + 1, B, *obs_shape) float32, then these (T, B) arrays and their dtypes;
+# `ret` holds an episode's return at the step it ended.
 DTYPES = {
     "action": np.int32,
     "logp": np.float32,
@@ -44,13 +45,9 @@ DTYPES = {
 FIELDS = ("obs", *DTYPES)
 
 
-def rollout_arrays(obs, steps: int, envs: int) -> dict:
-    """Empty arrays of a rollout of `envs` envs whose observations look like `obs`; `ret` holds
-    an episode's return at the step it ended."""
-    return {
-        "obs": np.zeros((steps + 1, envs, *np.shape(obs)), np.float32),
-        **{k: np.zeros((steps, envs), dtype) for k, dtype in DTYPES.items()},
-    }
+def _reset(envs, seed: int) -> np.ndarray:
+    """The first observations of host envs, the i-th seeded `seed + i`, stacked as float32."""
+    return np.stack([env.reset(seed=seed + i)[0] for i, env in enumerate(envs)]).astype(np.float32)
 
 
 def _act(recv, send, slots, blob):
@@ -82,9 +79,7 @@ def _act(recv, send, slots, blob):
                 if not deterministic:
                     own, ids = slice(None), ids[mine]
                 envs = [make_env() for _ in range(b)]
-                obs = np.stack(
-                    [env.reset(seed=seed + i)[0] for i, env in enumerate(envs, w * b)]
-                ).astype(np.float32)
+                obs = _reset(envs, seed + w * b)
                 rows = np.zeros((len(ids), *obs.shape[1:]), np.float32)
                 running = np.zeros(b, np.float32)
             out = dict(zip(FIELDS, (x[0] for x in slots[slot])))
@@ -140,7 +135,10 @@ class Actors:
                 "function or functools.partial, not a lambda"
             )
             raise
-        self.layout = Layout(rollout_arrays(obs, steps, b), 1)
+        # the slot of one rollout of this actor's b envs
+        arrays = {"obs": np.zeros((steps + 1, b, *obs.shape), np.float32)}
+        arrays.update({k: np.zeros((steps, b), dtype) for k, dtype in DTYPES.items()})
+        self.layout = Layout(arrays, 1)
         self.actors, self.depth, self.deterministic = actors, depth, deterministic
         self.pool = Processes(
             actors, _act, (blob,), self.layout, actors * depth, None, role="actor"
@@ -204,9 +202,7 @@ def evaluate(
     """Mean return of the first episode of `episodes` host envs under `policy(obs (N, ...)) ->
     actions (N,)`, batched over the envs (seeded from `seed + 10**6`, apart from training's)."""
     envs = [make_env() for _ in range(episodes)]
-    obs = np.stack([env.reset(seed=seed + 10**6 + i)[0] for i, env in enumerate(envs)]).astype(
-        np.float32
-    )
+    obs = _reset(envs, seed + 10**6)
     total, alive = np.zeros(episodes), np.ones(episodes, bool)
     for _ in range(max_steps):
         if not alive.any():
