@@ -114,12 +114,8 @@ def flash_attention(
     True where a key may be attended (jax.nn's `mask` convention; PyTorch's key_padding_mask is
     the opposite). scale defaults to 1/sqrt(D). interpret defaults to True on a CPU backend.
     """
-    if (
-        q.ndim != 4
-        or k.shape != v.shape
-        or k.shape[::2] != q.shape[::2]
-        or k.shape[-1] != q.shape[-1]
-    ):
+    # k and v: q's shape but for the sequence axis
+    if q.ndim != 4 or k.shape != v.shape or k.shape[:1] + k.shape[2:] != q.shape[:1] + q.shape[2:]:
         raise ValueError(
             f"flash_attention expects q (B, T, H, D) and k, v (B, S, H, D); got q {q.shape}, "
             f"k {k.shape}, v {v.shape}"
