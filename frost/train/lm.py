@@ -70,10 +70,8 @@ class LMJob(Job):
 
     def data(self, cfg, run_dir, progress) -> Data:
         tok, train, val = prepare_corpus(cfg, run_dir, progress)
-        tokens = (
-            f"{len(train) * cfg.seq_len:,} training tokens, "
-            f"{len(val) * cfg.seq_len:,} validation tokens"
-        )
+        train_tokens, val_tokens = len(train) * cfg.seq_len, len(val) * cfg.seq_len
+        tokens = f"{train_tokens:,} training tokens, {val_tokens:,} validation tokens"
         return Data(train, val, tokens, per_row=cfg.seq_len, extra={"tokenizer": tok})
 
     def model(self, cfg, d, key):
@@ -131,12 +129,9 @@ def sample(cfg: SampleConfig, model=None, tok=None) -> str:
         )
     if cfg.top_k is not None and cfg.top_k > tok.vocab_size:
         raise UsageError(f"--top-k {cfg.top_k}: the vocabulary has only {tok.vocab_size} tokens")
+    prompt = jnp.asarray([ids], jnp.int32)  # (1, T0)
+    key = jax.random.key(cfg.seed)
     out = gpt.generate(
-        model,
-        jnp.asarray([ids], jnp.int32),
-        cfg.tokens,
-        key=jax.random.key(cfg.seed),
-        temperature=cfg.temperature,
-        top_k=cfg.top_k,
+        model, prompt, cfg.tokens, key=key, temperature=cfg.temperature, top_k=cfg.top_k
     )
     return tok.decode(np.asarray(out[0]).tolist())
