@@ -336,13 +336,11 @@ class Tokenizer:
                 raise ValueError(
                     f"merge {(a, b, c)} refers to an id that does not exist yet (have {n})"
                 )
+            made = self.vocab[a] + self.vocab[b]
             if c == n:
-                self.vocab.append(self.vocab[a] + self.vocab[b])
-            elif self.vocab[c] != self.vocab[a] + self.vocab[b]:
-                raise ValueError(
-                    f"merge {(a, b, c)}: token {c} is {self.vocab[c]!r}, not "
-                    f"{self.vocab[a] + self.vocab[b]!r}"
-                )
+                self.vocab.append(made)
+            elif self.vocab[c] != made:
+                raise ValueError(f"merge {(a, b, c)}: token {c} is {self.vocab[c]!r}, not {made!r}")
         n = len(self.vocab)
         if sorted(self.special.values()) != list(range(n, n + len(self.special))):
             raise ValueError(
