@@ -270,10 +270,10 @@ def run_group(workload, data, name, group: Group, max_runs=None, mesh=None) -> l
         curve.append(np.asarray(losses).mean(0))  # (K,)
         if (np.asarray(carry[-1]) >= 0).all():
             break  # every run has diverged
+    seconds = (time.perf_counter() - start) / len(runs)  # training (not the evaluation's compile)
     if workload.name not in _evals:
         _evals[workload.name] = jax.jit(jax.vmap(workload.eval_loss, in_axes=(0, None)))
     final = np.asarray(_evals[workload.name](_eval_params(opt, carry), arrays))
-    seconds = (time.perf_counter() - start) / len(runs)
     bad = np.asarray(carry[-1])
     bad = np.where((bad < 0) & ~np.isfinite(final), steps - 1, bad)
     return [

@@ -29,7 +29,10 @@ are the rules the report states:
   equally).
 - **Intervals**: the step speedup is the geometric mean over the seeds with a 95% Student-t
   interval on the log speedups (a seed beyond AdamW's budgets counts at the bound and leaves
-  that side open: `<`, `>`). Wall-clock intervals are the step intervals times the cost ratio.
+  that side open: `<`, `>`). Wall-clock: the step speedup times the cost ratio (AdamW's seconds
+  per step over the optimizer's, geometric means over their batches); its interval combines the
+  step interval and the ratio's Welch interval on log seconds in quadrature, so timing noise
+  widens it.
   Final losses differ from tuned AdamW's by a Welch interval and p-value.
 - **Words and verdicts**: "faster" or "slower" only when the speedup interval excludes 1, "rises"
   or "falls with scale" only when the intervals of a kind's smallest and largest sizes do not

@@ -60,7 +60,7 @@ def _every(res) -> list[dict]:
 
 def summarise(res) -> dict:
     """Per optimizer (and the paper baseline): loss mean and CI, stability, LR range, speedups.
-    Seconds per step are the median over all of an optimizer's runs (they share one program)."""
+    Seconds per step: the geometric mean over an optimizer's batches (they share one program)."""
     steps, finals = res["steps"], res["finals"]
     ladders = {}  # {seed: {budget: tuned AdamW's final loss}}: each seed's own ladder
     for budget, runs in res["curve"].items():
@@ -68,12 +68,13 @@ def summarise(res) -> dict:
             if not r["diverged"]:
                 ladders.setdefault(r["seed"], {})[budget] = r["final_loss"]
     reference = [r["final_loss"] for r in finals.get("adamw", []) if not r["diverged"]]
-    adamw = [r for r in _every(res) if r["optimizer"] == "adamw"]  # its budgets, the baseline
+    # AdamW's runs at the optimizers' budget, for the cost per step (which a run's fixed costs
+    # raise at shorter budgets): its grid, reruns and the baseline
+    adamw = [r for r in _every(res) if r["optimizer"] == "adamw" and r["steps"] == steps]
 
     def row(runs, timed, tuning=None, hp=None):
         losses = [r["final_loss"] for r in runs if not r["diverged"]]
         mean, ci = protocol.mean_ci(losses)
-        per_step = [np.median([r["seconds"] / r["steps"] for r in rs]) for rs in (adamw, timed)]
         reaches = []  # per fresh seed: AdamW's steps to this seed's loss on its own ladder
         for r in runs:
             if not r["diverged"] and r["seed"] in ladders:
@@ -82,8 +83,15 @@ def summarise(res) -> dict:
                     protocol.steps_to_reach(list(ladder), list(ladder.values()), r["final_loss"])
                 )
         s = protocol.speedup_interval(reaches, steps) if reaches else None
-        cost = per_step[0] / per_step[1]  # AdamW's seconds per step over the optimizer's
-        wall = s and s._replace(mean=s.mean * cost, low=s.low * cost, high=s.high * cost)
+        # log seconds per step of each batch (its runs share them): AdamW's, the optimizer's
+        logs = [np.log(list({r["seconds"] / r["steps"] for r in rs})) for rs in (adamw, timed)]
+        cost, half, wall = logs[0].mean() - logs[1].mean(), 0.0, None  # log cost ratio, ±
+        if timed is not adamw and min(map(len, logs)) > 1:
+            cost, half, _ = protocol.welch(*logs)
+        if s:  # the step interval and the cost ratio's, combined in quadrature (log scale)
+            h = math.hypot(math.log(s.high / s.mean), half)
+            at = s.mean * math.exp(cost)
+            wall = s._replace(mean=at, low=at / math.exp(h), high=at * math.exp(h))
         welch = protocol.welch(losses, reference) if min(len(losses), len(reference)) > 1 else None
         return {
             "interval": s,
