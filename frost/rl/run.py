@@ -154,14 +154,11 @@ def evaluate(algo: str, env: EnvSpec, models, seeds):
     # host envs: (model, obs (N, ...)) -> actions, one model of `models` at a time
     if env.host:
         policy = anakin.jit(lambda model, obs: ALGOS[algo].greedy(model)(obs))
-        return [
-            actors.evaluate(
-                env.make(),
-                functools.partial(policy, jax.tree.map(lambda x, i=i: x[i], models)),
-                seed=s,
-            )
-            for i, s in enumerate(seeds)
-        ]
+
+        def seed_policy(i):  # obs -> actions of the i-th seed's model
+            return functools.partial(policy, jax.tree.map(lambda x: x[i], models))
+
+        return [actors.evaluate(env.make(), seed_policy(i), seed=s) for i, s in enumerate(seeds)]
     keys = jax.vmap(lambda s: jax.random.fold_in(jax.random.key(s), 1 << 20))(
         np.asarray(seeds, np.uint32)
     )
