@@ -443,25 +443,43 @@ def test_sizes_set_the_gpts_and_tokens_per_param_their_steps():
     assert run.Audit(AuditConfig(workload="gpt")).steps(workloads.WORKLOADS["gpt-m"], data) == 300
 
 
-def test_scale_words_read_the_ends_of_each_ladder():
-    """ "rises"/"falls with scale" only when a kind's smallest and largest sizes' intervals do not
-    overlap (an open side never counts as clear of the other); one size of a kind says nothing."""
-    ladder = workloads.ladder("gpt", "64x2,128x4,256x6")
-    results = {w.name: (w, {}) for w in [*ladder, workloads.WORKLOADS["image-s"]]}
+def test_scale_words_read_the_slope_of_three_sizes_or_the_ends_of_two():
+    """ "rises"/"falls with scale" only when the slope of log speedup on log parameters (least
+    squares over every seed; scipy's linregress on the seeds is the reference) has an interval
+    clear of 0 (3 sizes or more), or the two ends' intervals do not overlap (2 sizes, or an open
+    side, which never counts as clear of the other); one size of a kind says nothing."""
+    ladder, params = workloads.ladder("gpt", "64x2,128x4,256x6"), [1e5, 4e5, 1.6e6]
+    results = {w.name: (w, {"params": n}) for w, n in zip(ladder, params)}
+    results["image-s"] = (WL, {"params": 1})
+    rng = np.random.default_rng(0)
 
-    def lines(*spans):
-        summaries = {w.name: {"adamw": {"interval": None}} for w in ladder} | {"image-s": {}}
-        for w, span in zip(ladder, spans):
+    def lines(*spans):  # the first len(spans) sizes
+        sizes = ladder[: len(spans)]
+        summaries = {w.name: {"adamw": {"interval": None}} for w in sizes} | {"image-s": {}}
+        for w, span in zip(sizes, spans):
             summaries[w.name]["lion"] = {"interval": protocol.Interval(*span)}
-        return report._scale(results, summaries)
+        return report._scale({k: results[k] for k in summaries}, summaries)
 
-    (rise,) = lines((1.0, 0.9, 1.1), (1.1, 0.8, 1.4), (1.5, 1.2, 1.8))
+    for true, way in ((0.2, "rises"), (-0.2, "falls"), (0.0, "is inconclusive")):
+        logs = [true * math.log(n / 1e5) + rng.normal(0, 0.1, 5) for n in params]  # 5 seeds
+        spans = [
+            protocol.speedup_interval([(100 * math.exp(v), "=") for v in x], 100) for x in logs
+        ]
+        slope, half = protocol.trend(params, spans)
+        fit = scipy.stats.linregress(np.repeat(np.log(params), 5), np.concatenate(logs))
+        assert slope == pytest.approx(fit.slope)
+        assert half == pytest.approx(scipy.stats.t.ppf(0.975, 13) * fit.stderr)
+        (line,) = lines(*spans)
+        assert f"it {way} at this scale" in line if true == 0 else f"it {way} with scale" in line
+        assert line.endswith(f"(slope of log speedup on log parameters {slope:+.3f} ± {half:.3f}).")
+    # two sizes: the ends' intervals
+    (rise,) = lines((1.0, 0.9, 1.1), (1.5, 1.2, 1.8))
     assert rise == (
-        "- **lion** on gpt: step speedup 1.00x [0.90, 1.10] at gpt-64x2, 1.10x [0.80, 1.40] at "
-        "gpt-128x4, 1.50x [1.20, 1.80] at gpt-256x6: it rises with scale."
+        "- **lion** on gpt: step speedup 1.00x [0.90, 1.10] at gpt-64x2, 1.50x [1.20, 1.80] at "
+        "gpt-128x4: it rises with scale."
     )
-    assert lines((2, 1.8, 2.2), (1, 0.9, 1.1), (1, 0.7, 1.3))[0].endswith("falls with scale.")
-    assert "inconclusive" in lines((1, 0.9, 1.1), (2, 1, 3), (1.1, 1.05, 1.2))[0]
+    assert lines((2, 1.8, 2.2), (1, 0.7, 1.3))[0].endswith("falls with scale.")
+    assert "inconclusive" in lines((1, 0.9, 1.1), (1.1, 1.05, 1.2))[0]
     # the smallest's interval is open above: it may reach past the largest's low end
     assert "inconclusive" in lines((1, 0.9, 1.1, False, True), (1, 1, 1), (1.5, 1.2, 1.8))[0]
     assert report._scale({"image-s": results["image-s"]}, {"image-s": {}}) == [

@@ -32,10 +32,11 @@ are the rules the report states:
   that side open: `<`, `>`). Wall-clock: the step speedup times the cost ratio (AdamW's seconds
   per step over the optimizer's, geometric means over their batches); its interval combines the
   step interval and the ratio's Welch interval on log seconds in quadrature, so timing noise
-  widens it.
-  Final losses differ from tuned AdamW's by a Welch interval and p-value.
-- **Words and verdicts**: "faster" or "slower" only when the speedup interval excludes 1, "rises"
-  or "falls with scale" only when the intervals of a kind's smallest and largest sizes do not
+  widens it. Final losses differ from tuned AdamW's by a Welch interval and p-value.
+- **Words and verdicts**: "faster" or "slower" only when the speedup interval excludes 1,
+  "rises" or "falls with scale" only when the 95% interval of the slope of log speedup against
+  log parameters (least squares over every seed of 3 or more sizes) excludes 0, or, for 2 sizes
+  or an interval with an open side, when the smallest and largest sizes' intervals do not
   overlap; otherwise "inconclusive at this scale", with the seeds a 5% test with 80% power would
   need. A claim (`--claim NAME=SPEEDUP`) is *supported* when the interval's low end reaches it,
   *refuted* when its high end stays below it, else *inconclusive*.
@@ -184,6 +185,7 @@ class Interval(NamedTuple):
     open_low: bool = False
     open_high: bool = False
     sd: float = math.nan  # of the per-seed log speedups
+    n: int = 1  # seeds
 
 
 def speedup_interval(reaches, steps: int) -> Interval:
@@ -202,7 +204,22 @@ def speedup_interval(reaches, steps: int) -> Interval:
         open_low="<" in bounds,  # AdamW needs fewer steps than its shortest budget: smaller
         open_high=">" in bounds,  # more than its longest: larger
         sd=float(np.std(logs, ddof=1)) if len(logs) > 1 else math.nan,
+        n=len(logs),
     )
+
+
+def trend(params, spans: list[Interval]) -> tuple[float, float]:
+    """(slope, its 95% half-width) of the log speedup against log parameters: least squares
+    over every seed of every size (from each size's mean, spread and seeds), Student-t on the
+    seeds less 2."""
+    x, n = np.log(np.asarray(params, float)), np.array([s.n for s in spans])
+    y, sd = np.log([s.mean for s in spans]), np.nan_to_num([s.sd for s in spans])
+    dx = x - (n * x).sum() / n.sum()
+    slope = (n * dx * y).sum() / (n * dx**2).sum()
+    fit = (n * y).sum() / n.sum() + slope * dx  # the line at each size
+    residual = ((n - 1) * sd**2).sum() + (n * (y - fit) ** 2).sum()
+    se = math.sqrt(residual / (n.sum() - 2) / (n * dx**2).sum())
+    return float(slope), float(scipy.stats.t.ppf(0.975, n.sum() - 2) * se)
 
 
 def welch(xs, ys) -> tuple[float, float, float]:

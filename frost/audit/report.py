@@ -185,8 +185,8 @@ def _findings(res, rows) -> list[str]:
 
 def _scale(results, summaries) -> list[str]:
     """How each optimizer's step speedup moves along a kind's sizes (gpt-s and gpt-m, or the
-    --sizes ladder), smallest to largest: a trend only when the two ends' intervals do not
-    overlap."""
+    --sizes ladder), smallest to largest: a trend only when the slope's interval excludes 0 (3
+    sizes or more, no open side), else when the two ends' intervals do not overlap."""
     lines = []
     for kind in ("gpt", "image"):
         sizes = [name for name, (wl, _) in results.items() if wl.kind == kind]
@@ -197,11 +197,17 @@ def _scale(results, summaries) -> list[str]:
             if None in spans:
                 continue
             a, b = spans[0], spans[-1]
-            trend = "is inconclusive at this scale (the intervals overlap)"
-            if a.high < b.low and not (a.open_high or b.open_low):
+            if len(spans) > 2 and not any(s.open_low or s.open_high for s in spans):
+                slope, half = protocol.trend([results[w][1]["params"] for w in sizes], spans)
+                way = "rises" if slope > half else "falls" if slope < -half else None
+                trend = f"{way} with scale" if way else "is inconclusive at this scale"
+                trend += f" (slope of log speedup on log parameters {slope:+.3f} ± {half:.3f})"
+            elif a.high < b.low and not (a.open_high or b.open_low):
                 trend = "rises with scale"
-            if b.high < a.low and not (b.open_high or a.open_low):
+            elif b.high < a.low and not (b.open_high or a.open_low):
                 trend = "falls with scale"
+            else:
+                trend = "is inconclusive at this scale (the intervals overlap)"
             at = ", ".join(f"{_interval(s)} at {w}" for s, w in zip(spans, sizes))
             lines.append(f"- **{n}** on {kind}: step speedup {at}: it {trend}.")
     return lines or ["- Only one width per workload was audited."]
