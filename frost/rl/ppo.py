@@ -139,12 +139,7 @@ def loss(model, batch: Minibatch, cfg: Config) -> tuple[jax.Array, dict]:
     value_loss = 0.5 * jnp.maximum((value - batch.ret) ** 2, (clipped - batch.ret) ** 2).mean()
     entropy = -(jnp.exp(logp_all) * logp_all).sum(-1).mean()
     total = policy + cfg.vf_coef * value_loss - cfg.ent_coef * entropy
-    return total, {
-        "loss": total,
-        "policy_loss": policy,
-        "value_loss": value_loss,
-        "entropy": entropy,
-    }
+    return total, dict(loss=total, policy_loss=policy, value_loss=value_loss, entropy=entropy)
 
 
 def update(model, opt_state, rollout: Rollout, key, cfg: Config, opt) -> tuple[Any, Any, dict]:
