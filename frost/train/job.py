@@ -214,12 +214,9 @@ def _setup(job, cfg, run_dir, resume, progress):
     state, shardings, place = loop.distribute(state, cfg.mesh, cfg.strategy, cfg.batch_size)
     if resume:  # after distributing: each process reads only the shards it holds
         state = loop.restore(run_dir, state)
+    hessian = resolve(cfg.optimizer).hessian  # Sophia's estimator, or None
     step = loop.make_train_step(
-        optimizer,
-        prepare=d.prepare,
-        shardings=shardings,
-        hessian=resolve(cfg.optimizer).hessian,
-        precision=cfg.precision,
+        optimizer, prepare=d.prepare, shardings=shardings, hessian=hessian, precision=cfg.precision
     )
     if progress:
         print(
