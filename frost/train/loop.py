@@ -147,12 +147,9 @@ def make_train_step(optimizer, *args, shardings=None, **kwargs):
         return jax.jit(step, donate_argnums=(0, 1))
     model_sh, opt_sh, batch_sh = shardings
     whole = jax.sharding.NamedSharding(batch_sh.mesh, jax.sharding.PartitionSpec())
-    return jax.jit(
-        step,
-        donate_argnums=(0, 1),
-        in_shardings=(model_sh, opt_sh, batch_sh, whole),
-        out_shardings=(model_sh, opt_sh, whole),
-    )
+    ins = (model_sh, opt_sh, batch_sh, whole)  # (model, opt_state, batch, key)
+    outs = (model_sh, opt_sh, whole)  # (model, opt_state, metrics)
+    return jax.jit(step, donate_argnums=(0, 1), in_shardings=ins, out_shardings=outs)
 
 
 def make_eval_step(prepare=lambda batch: batch):
