@@ -123,20 +123,20 @@ def _descend(u, lr):
 def scale_by_learning_rate(learning_rate) -> GradientTransformation:
     """u -> -learning_rate * u (descent). A float is stored in the state, where set_hyperparams
     can change it; a schedule (step -> value, see schedules.py) is evaluated at the step count."""
-    if callable(learning_rate):
-
-        def update(u, state, params=None):
-            lr = hyperparam(learning_rate(state.count))
-            return _descend(u, lr), ScheduleState(state.count + 1, lr)
-
+    if not callable(learning_rate):
         return GradientTransformation(
-            lambda params: ScheduleState(jnp.zeros([], jnp.int32), hyperparam(learning_rate(0))),
-            update,
+            lambda params: LearningRateState(hyperparam(learning_rate)),
+            lambda u, state, params=None: (_descend(u, state.learning_rate), state),
         )
-    return GradientTransformation(
-        lambda params: LearningRateState(hyperparam(learning_rate)),
-        lambda u, state, params=None: (_descend(u, state.learning_rate), state),
-    )
+
+    def init(params):
+        return ScheduleState(jnp.zeros([], jnp.int32), hyperparam(learning_rate(0)))
+
+    def update(u, state, params=None):
+        lr = hyperparam(learning_rate(state.count))
+        return _descend(u, lr), ScheduleState(state.count + 1, lr)
+
+    return GradientTransformation(init, update)
 
 
 def clip(max_delta: float) -> GradientTransformation:
