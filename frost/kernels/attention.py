@@ -287,13 +287,12 @@ def _specs(q_len, k_len, d_pad, keep, *, over_q: bool):
     each, then of (B, S, H, D) key-side arrays and the (B, S) key mask (None when there is no `keep`
     mask), `k_len` rows each. The side the grid runs over gets the program's own block; the other
     side its whole sequence, to be sliced inside the kernel's loop."""
+    keeps = pl.BlockSpec((None, k_len), lambda i, b, h: (b, 0 if over_q else i))
     return (
         pl.BlockSpec((None, q_len, None, d_pad), lambda i, b, h: (b, i if over_q else 0, h, 0)),
         pl.BlockSpec((None, None, q_len), lambda i, b, h: (b, h, i if over_q else 0)),
         pl.BlockSpec((None, k_len, None, d_pad), lambda i, b, h: (b, 0 if over_q else i, h, 0)),
-        None
-        if keep is None
-        else pl.BlockSpec((None, k_len), lambda i, b, h: (b, 0 if over_q else i)),
+        None if keep is None else keeps,
     )
 
 
