@@ -149,9 +149,12 @@ def test_vmapped_runs_equal_the_same_runs_one_at_a_time(data, name, hyperparams,
         engine.Run(hyperparams[0], 1, 30),
     ]
     results = _compare(data, name, runs)
-    # with no memory to spare, the group falls back to one run at a time: the same numbers
-    sizes = []
-    monkeypatch.setattr(engine, "memory", lambda: 0)
+    # with memory for one run, not three, the group falls back to one at a time: the same numbers
+    sizes, one, three = (
+        [],
+        *(engine.footprint(WL, data, name, hyperparams[0], k) * k for k in (1, 3)),
+    )
+    monkeypatch.setattr(engine, "memory", lambda: one + three)  # half: between the two
     monkeypatch.setattr(
         engine, "_init", lambda *a, _init=engine._init: sizes.append(len(a[4])) or _init(*a)
     )
@@ -365,13 +368,23 @@ argv = ["audit", "--workload", "image", "--quick", "--budget", "20", "--optimize
 assert main([*argv, "--out", str(out / "one")]) == 0
 assert main([*argv, "--mesh", "runs=8", "--out", str(out / "eight")]) == 0
 placed = [p.input_shardings[0] for p in engine._programs.values()]
-print(json.dumps(sorted({len(s.device_set) for s in jax.tree.leaves(placed)})))
+devices = sorted({len(s.device_set) for s in jax.tree.leaves(placed)})
+real = engine._need
+
+def need(program):  # pretend only FSDP programs fit: a leaf split on an axis past the runs'
+    specs = [s.spec for s in jax.tree.leaves(program.input_shardings[0]) if hasattr(s, "spec")]
+    return real(program) if any("runs" in spec[1:] for spec in specs) else 2**50
+
+engine._need = need
+assert main([*argv, "--mesh", "runs=8", "--out", str(out / "fsdp")]) == 0
+print(json.dumps(devices))
 """
 
 
 def test_runs_split_over_eight_devices_give_the_one_device_results(tmp_path):
     """`--mesh runs=8` on 8 forced CPU devices: each batch of 3 runs is padded to 8 and split over
-    the devices; every run's final loss equals the one-device audit's within 1e-5."""
+    the devices; every run's final loss equals the one-device audit's within 1e-5. So does each
+    run's trained alone with FSDP (its leaves split over the 8), when one run does not fit."""
     flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=8"
     proc = subprocess.run(
         [sys.executable, "-c", MESH_JOB, str(tmp_path)],
@@ -387,9 +400,10 @@ def test_runs_split_over_eight_devices_give_the_one_device_results(tmp_path):
         runs = json.loads((tmp_path / folder / "results.json").read_text())["runs"]
         return {report.run_key(r): r["final_loss"] for r in runs}
 
-    one, eight = losses("one"), losses("eight")
-    assert len(one) == 18 and one.keys() == eight.keys()
+    one, eight, fsdp = losses("one"), losses("eight"), losses("fsdp")
+    assert len(one) == 18 and one.keys() == eight.keys() == fsdp.keys()
     assert all(eight[k] == pytest.approx(one[k], abs=1e-5) for k in one)
+    assert all(fsdp[k] == pytest.approx(one[k], abs=1e-5) for k in one)
 
 
 @pytest.mark.parametrize(
@@ -503,10 +517,12 @@ def test_plan_prints_the_cost_and_refuses_what_does_not_fit(tmp_path, capsys, mo
     # in units of 1x runs: 6 trials, 3 finals, AdamW's 0.5x and 2x on 3 seeds, 3 baselines
     assert flops == pytest.approx(6 * params * 8 * workloads.SEQ_LEN * steps * 19.5, rel=0.01)
     assert int(row[6]) >= 1 and lines[-1].startswith("total: ")
+    # a run bigger than half a device's memory: refused in one line (--plan refuses it so too)
     monkeypatch.setattr(engine, "memory", lambda: 2**20)
-    assert cli(argv) == 2
-    err = capsys.readouterr().err
-    assert "--plan: a run of gpt-64x2 needs" in err and err.count("\n") == 1
+    assert cli(["audit", *SMALL, "--optimizers", "adamw", "--out", str(tmp_path / "big")]) == 2
+    err = capsys.readouterr().err  # after the progress bar
+    assert err.splitlines()[-1].startswith("frost: error: image-s: a run needs 0.0")
+    assert "Traceback" not in err
 
 
 def test_text_data_from_any_utf8_file(tmp_path):

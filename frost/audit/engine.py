@@ -69,9 +69,18 @@ def unit_lr(t, total):
 
 
 def memory() -> int:
-    """Bytes of memory of a device: its own (a GPU's), else the machine's physical memory."""
+    """Bytes of memory of a device: its own (a GPU's), else its share of the machine's."""
     own = (jax.local_devices()[0].memory_stats() or {}).get("bytes_limit")
-    return own or os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    machine = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    return own or machine // jax.local_device_count()
+
+
+def refuse(workload, need: int):
+    """The one refusal of a run that does not fit in half a device's memory."""
+    raise UsageError(
+        f"{workload.name}: a run needs {need / 2**30:.3g} GiB, more than half of a device's "
+        f"{memory() / 2**30:.3g} GiB; audit smaller models (--sizes) or split it (--mesh runs=N)"
+    )
 
 
 def runs_mesh(spec: str | None) -> Mesh | None:
@@ -232,9 +241,12 @@ def _steps(t0: int) -> np.ndarray:
     return np.arange(t0, t0 + CHUNK, dtype=np.int32)
 
 
-def run_group(workload, data, name, group: Group, max_runs=None, mesh=None) -> list[dict]:
+def run_group(workload, data, name, group: Group, max_runs=None, mesh=None, fsdp=False):
     """Train the group's runs (vmapped, `max_runs` at a time; None: as many as memory allows),
-    split over `mesh` (a `runs_mesh`; None: one device)."""
+    split over `mesh` (a `runs_mesh`; None: one device); a list of one dict per run. A run too
+    big for a device trains alone, `fsdp`: each of its leaves split along its largest divisible
+    axis over the mesh (parallel.fsdp; the batch is not split); too big even so, it is
+    refused."""
     runs, built, n = group.runs, group.built, mesh.size if mesh else 1
     if max_runs is not None and len(runs) > max_runs:
         return [
@@ -244,26 +256,37 @@ def run_group(workload, data, name, group: Group, max_runs=None, mesh=None) -> l
                 workload, data, name, Group(runs[i : i + max_runs], built), max_runs, mesh
             )
         ]
-    if len(runs) % n:  # every device an equal share: copies of the last run, dropped after
+    if (
+        len(runs) % n and not fsdp
+    ):  # every device an equal share: copies of the last run, dropped after
         padded = Group(runs + runs[-1:] * (-len(runs) % n), built)
         return run_group(workload, data, name, padded, max_runs, mesh)[: len(runs)]
     steps, axes = runs[0].steps, tuple(runs[0].hyperparams)
     opt = _make(workload, data, name, built, axes)
     carry, arrays = _init(workload, data, name, opt, runs), data.arrays
-    if mesh is not None:  # each run's leaves on its device; the states' counters on all
+    if mesh is not None:  # each run's leaves on its device, the states' counters on all; or FSDP
         split, whole = NamedSharding(mesh, P("runs")), NamedSharding(mesh, P())
         shared = lambda x: whole if jnp.issubdtype(x.dtype, jnp.integer) else split  # noqa: E731
         layout = jax.tree.map(lambda _: split, carry)
-        carry = jax.device_put(carry, (layout[0], jax.tree.map(shared, carry[1]), *layout[2:]))
+        layout = (layout[0], jax.tree.map(shared, carry[1]), *layout[2:])
+        carry = jax.device_put(carry, parallel.fsdp(carry, mesh, "runs") if fsdp else layout)
         arrays = jax.device_put(arrays, whole)
     shapes = tuple(v.shape for v in arrays.values())
-    tag = (workload.name, shapes, name, tuple(sorted(built.items())), len(runs), n)
+    tag = (workload.name, shapes, name, tuple(sorted(built.items())), len(runs), n, fsdp)
     if tag not in _programs:
         chunk = _program(workload, data, name, built, axes, workload.threshold(data))
         _programs[tag] = chunk.lower(carry, _steps(0), arrays, np.int32(steps)).compile()
     program = _programs[tag]
-    if len(runs) > n and _need(program) * n > 0.5 * memory():
-        return run_group(workload, data, name, group, max(len(runs) // 2, n), mesh)
+    if _need(program) > 0.5 * memory():  # (a device's share: memory_analysis is per device)
+        if len(runs) > n:
+            return run_group(workload, data, name, group, max(len(runs) // 2, n), mesh)
+        if n == 1 or fsdp:
+            refuse(workload, _need(program))
+        alone = {}  # FSDP, a run at a time (a padding copy is the object it copies: trained once)
+        for r in runs:
+            if id(r) not in alone:
+                alone[id(r)] = run_group(workload, data, name, Group([r], built), 1, mesh, True)[0]
+        return [alone[id(r)] for r in runs]
     start, curve = time.perf_counter(), []
     for t0 in range(0, steps, CHUNK):
         carry, losses = program(carry, _steps(t0), arrays, np.int32(steps))
