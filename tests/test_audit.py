@@ -523,6 +523,9 @@ def test_plan_prints_the_cost_and_refuses_what_does_not_fit(tmp_path, capsys, mo
     err = capsys.readouterr().err  # after the progress bar
     assert err.splitlines()[-1].startswith("frost: error: image-s: a run needs 0.0")
     assert "Traceback" not in err
+    assert cli(["audit", *SMALL, "--optimizers", "adamw", "--plan"]) == 2  # no bar: one line
+    err = capsys.readouterr().err
+    assert err.startswith("frost: error: image-s: a run needs 0.0") and err.count("\n") == 1
 
 
 def test_text_data_from_any_utf8_file(tmp_path):

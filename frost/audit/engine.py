@@ -256,9 +256,8 @@ def run_group(workload, data, name, group: Group, max_runs=None, mesh=None, fsdp
                 workload, data, name, Group(runs[i : i + max_runs], built), max_runs, mesh
             )
         ]
-    if (
-        len(runs) % n and not fsdp
-    ):  # every device an equal share: copies of the last run, dropped after
+    # every device an equal share (FSDP: one run over all): copies of the last run, dropped after
+    if len(runs) % n and not fsdp:
         padded = Group(runs + runs[-1:] * (-len(runs) % n), built)
         return run_group(workload, data, name, padded, max_runs, mesh)[: len(runs)]
     steps, axes = runs[0].steps, tuple(runs[0].hyperparams)
