@@ -95,3 +95,15 @@ def test_every_module_imports_first():
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env)
     assert out.returncode == 0 and not out.stdout, out.stdout + out.stderr
+
+
+def test_line_count_counts_what_a_reader_reads():
+    """tools/loc.py counts packed assignments and `;` statements as the lines they stand for, so
+    packing code saves nothing; unpacking a call's result is one line."""
+    sys.path.insert(0, str(ROOT.parent / "tools"))
+    import loc
+
+    packed = "a, b, c = x, y, z\nd = 1; e = 2\nif a:\n    f = 1; g = 2; h = 3\n"
+    one_per_line = "a = x\nb = y\nc = z\nd = 1\ne = 2\nif a:\n    f = 1\n    g = 2\n    h = 3\n"
+    assert loc.code_lines(packed) == loc.code_lines(one_per_line) == 9
+    assert loc.code_lines("a, b = f()\n") == 1

@@ -1,17 +1,19 @@
-"""Count code lines in frost/: lines holding a code token of the source as `ruff format` writes it
-(--line-length 100, from pyproject.toml), so folding code onto fewer lines lowers nothing.
-Comments, docstrings and blank lines are free.
+"""Count the lines a reader reads in frost/: lines holding a code token of the source as
+`ruff format` writes it (--line-length 100, from pyproject.toml), so folding code onto fewer lines
+lowers nothing, plus one for every extra target of a packed assignment (`a, b = x, y` counts two)
+and one for every statement after a `;`. Comments, docstrings and blank lines are free.
 
-    python tools/loc.py          # per-file counts and the total (budget: 8000, see DESIGN.md)
+    python tools/loc.py          # per-file counts and the total (budget: 9400, see DESIGN.md)
 """
 
+import ast
 import io
 import pathlib
 import subprocess
 import sys
 import tokenize
 
-BUDGET = 8000  # DESIGN.md
+BUDGET = 9400  # DESIGN.md: the size of Optax alone, for all of Frost
 SKIP = {
     tokenize.COMMENT,
     tokenize.NL,
@@ -46,7 +48,23 @@ def code_lines(source: str) -> int:
             lines.update(range(tok.start[0], tok.end[0] + 1))
         if tok.type not in (tokenize.COMMENT, tokenize.NL):
             prev = tok.type if not docstring else tokenize.NEWLINE
-    return len(lines)
+    return len(lines) + packed_lines(source)
+
+
+def packed_lines(source: str) -> int:
+    """Lines that packing saved: `a, b, c = x, y, z` reads as three assignments, so it adds two, and
+    `x = 1; y = 2` adds one for the statement after the `;`."""
+    extra = 0
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Tuple | ast.List):
+            packed = [t for t in node.targets if isinstance(t, ast.Tuple | ast.List)]
+            extra += sum(len(t.elts) - 1 for t in packed)
+        for field in ("body", "orelse", "finalbody"):
+            statements = getattr(node, field, None)
+            if isinstance(statements, list) and statements and isinstance(statements[0], ast.stmt):
+                pairs = zip(statements, statements[1:])
+                extra += sum(a.end_lineno == b.lineno for a, b in pairs)
+    return extra
 
 
 def main(root="frost"):
