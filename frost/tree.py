@@ -9,6 +9,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+PyTree = Any  # nested tuples, lists, dicts, NamedTuples and Modules with arrays at the leaves
+
 
 def where(cond: jax.Array, a, b) -> Any:
     """The tree of `a` where `cond` holds and `b` elsewhere; `cond` broadcasts against each leaf

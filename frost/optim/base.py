@@ -33,6 +33,9 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
+Schedule = Callable[[jax.Array], jax.Array]  # step count (int32 scalar) -> value (float scalar)
+ScalarOrSchedule = float | jax.Array | Schedule  # a constant, or a function of the step (optax's)
+
 HYPERPARAMS = ("learning_rate", "weight_decay", "momentum", "b1", "b2")
 
 
