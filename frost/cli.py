@@ -39,12 +39,22 @@ def _build_parser() -> argparse.ArgumentParser:
 def compilation_cache() -> str:
     """Keep XLA's compiled programs on disk, so every command's second run (and every later one
     with the same shapes: a restarted audit, a second agent) skips compiling: in $FROST_CACHE/jax
-    (default ~/.cache/frost/jax). Enabled here, once, for every command."""
-    import jax
+    (default ~/.cache/frost/jax). Set once for every command through JAX's own environment
+    variables, which jax reads when a command first imports it: a command that never compiles
+    (`frost tokenizer train`, `frost --help`) never imports jax. A JAX_COMPILATION_CACHE_DIR you
+    set yourself is kept.
 
-    path = os.path.join(os.environ.get("FROST_CACHE", os.path.expanduser("~/.cache/frost")), "jax")
-    jax.config.update("jax_compilation_cache_dir", path)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
+    Returns:
+        The cache folder in use.
+    """
+    default = os.path.join(
+        os.environ.get("FROST_CACHE", os.path.expanduser("~/.cache/frost")), "jax"
+    )
+    path = os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", default)
+    seconds = os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
+    if (jax := sys.modules.get("jax")) is not None:  # main() called by a program that imported jax
+        jax.config.update("jax_compilation_cache_dir", path)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", float(seconds))
     return path
 
 
@@ -87,8 +97,6 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     compilation_cache()
-    from frost import parallel  # after huge_pages: it imports jax
-
     try:
         return args.run(args) or 0
     except FrostError as e:
@@ -98,13 +106,16 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         line, code = "frost: interrupted", 130
     except Exception as e:
-        if (lost := parallel.failure(e)) is None:
+        # a run spans processes only if the command imported frost.parallel (and with it, jax)
+        parallel = sys.modules.get("frost.parallel")
+        if parallel is None or (lost := parallel.failure(e)) is None:
             raise
         if debug:
             traceback.print_exc()
         line, code = f"frost: error: {lost}", 1
     print(line, file=sys.stderr)
-    parallel.exit_now(code)  # many processes: now, so the others see this one go within seconds
+    if (parallel := sys.modules.get("frost.parallel")) is not None:
+        parallel.exit_now(code)  # many processes: now, so the others see this one go within seconds
     return code
 
 

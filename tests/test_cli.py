@@ -184,3 +184,30 @@ def test_the_program_reexecutes_once_with_huge_pages(opt_out):
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
     ).stdout
     assert out == ("None\n" if opt_out else "glibc.malloc.hugetlb=1\n")
+
+
+def test_commands_that_never_compile_never_import_jax(tmp_path):
+    """`frost --help` and `frost tokenizer train` run without importing jax (about a second of
+    start-up here)."""
+    (tmp_path / "a.txt").write_text("the quick brown fox jumps over the lazy dog\n" * 50)
+    script = (
+        "import sys, contextlib, io\n"
+        "from frost.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    main(sys.argv[1:])\n"
+        "print('jax' in sys.modules)\n"
+    )
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+
+    def imports_jax(*argv):
+        cmd = [sys.executable, "-c", script, *argv]
+        out = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path
+        )
+        assert out.returncode == 0, out.stderr
+        return out.stdout.strip().splitlines()[-1] == "True"
+
+    assert not imports_jax()  # frost with no command prints its help
+    tokenizer = ["tokenizer", "train", "a.txt", "--vocab-size", "300", "-o", "tok.json"]
+    assert not imports_jax(*tokenizer, "--workers", "2")
+    assert (tmp_path / "tok.json").exists()
