@@ -1,8 +1,8 @@
 """Where a ResNet step's time goes on a CPU: one 3x3 convolution at a time, four lowerings beside
 PyTorch.
 
-    python benchmarks/conv.py                 # the CIFAR ResNet-18's four 3x3 convolutions, batch
-    128 python benchmarks/conv.py --quick         # smoke run: small shapes, 1 sample
+    python benchmarks/conv.py           # the CIFAR ResNet-18's four 3x3 convolutions, batch 128
+    python benchmarks/conv.py --quick   # smoke run: small shapes, 1 sample
 
 Each row is one stride-1, padding-1 3x3 convolution of the CIFAR ResNet-18 (64 channels at 32x32,
 128 at 16x16, 256 at 8x8, 512 at 4x4), NHWC in, NHWC out, fp32, timed alone:
@@ -15,10 +15,13 @@ Each row is one stride-1, padding-1 3x3 convolution of the CIFAR ResNet-18 (64 c
   torch-cl      PyTorch F.conv2d on a channels_last tensor (oneDNN), the fastest PyTorch mode
 
 "fwd" times the convolution; "fwd+bwd" the convolution and both gradients (jax.vjp for x and the
-weight; torch autograd.grad). The JAX lowerings are differentiated by JAX, so their backward
-passes are the transposes XLA derives. "err" is the max abs difference from lax.conv's forward
-over lax.conv's max abs output. vs lax / vs torch: the row's fwd+bwd time over lax.conv's and over
-torch-cl's (< 1: faster). Timing: benchmarks/_common.measure, median of --steps samples.
+weight; torch autograd.grad). Both sides return the forward output with the gradients: the
+gradients of a convolution do not need its output, so a JAX program returning only them lets XLA
+drop the forward convolution that torch's autograd computes. The JAX lowerings are
+differentiated by JAX, so their backward passes are the transposes XLA derives. "err" is the max
+abs difference from lax.conv's forward over lax.conv's max abs output. vs lax / vs torch: the
+row's fwd+bwd time over lax.conv's and over torch-cl's (< 1: faster). Timing:
+benchmarks/_common.measure, median of --steps samples.
 """
 
 from __future__ import annotations
@@ -130,9 +133,19 @@ LOWERINGS = {
 }
 
 
+def forward_and_gradients(f, dy):
+    """(x, w) -> (f(x, w), its gradients for x and w given the output's gradient dy)."""
+
+    def both(x, w):
+        y, vjp = jax.vjp(f, x, w)
+        return y, vjp(dy)
+
+    return both
+
+
 def time_jax(f, x, w, dy, args):
     fwd = jax.jit(f)
-    both = jax.jit(lambda x, w: jax.vjp(f, x, w)[1](dy))
+    both = jax.jit(forward_and_gradients(f, dy))
     return [
         measure(lambda fn=fn: fn(x, w), jax_wait, warmup=1, steps=args.steps).step_s
         for fn in (fwd, both)
@@ -164,7 +177,8 @@ def time_torch(x, w, dy, args):
             return F.conv2d(tx, tw, padding=1)
 
     def both():
-        return torch.autograd.grad(F.conv2d(tx, tw, padding=1), (tx, tw), tdy)
+        y = F.conv2d(tx, tw, padding=1)
+        return y, torch.autograd.grad(y, (tx, tw), tdy)
 
     return [
         measure(fn, lambda out: None, warmup=1, steps=args.steps).step_s for fn in (fwd, both)
