@@ -5,18 +5,18 @@ Sources only read; shuffling, augmentation and batching live in the sampler, the
 and the loader. Every source pickles small (file sources reopen their file in each worker), so
 a loader can ship it to worker processes.
 
-    Arrays(images, labels)[3]                -> (images[3], labels[3])
-    Arrays(x=xs, y=ys)[3]                    -> {"x": xs[3], "y": ys[3]}
-    Arrays(*read_idx_pair(images_path, labels_path))   # MNIST / Fashion-MNIST files
-    Arrays(*read_cifar(paths, kind=10))      # CIFAR-10/100 binary files
-    ImageFolder("train/")[3]                 -> (image (H, W, 3) uint8, label int32), one class per
-    sub-folder TokenWindows("tokens.bin", 1024)[3]      -> (x (1024,) int32, y (1024,) int32), y = x
-    shifted by one
+```python
+Arrays(images, labels)[3]             # (images[3], labels[3])
+Arrays(x=xs, y=ys)[3]                 # {"x": xs[3], "y": ys[3]}
+Arrays(*datasets.fashion_mnist())     # a real data set's arrays (frost.datasets reads its files)
+ImageFolder("train/")[3]              # (image (H, W, 3) uint8, label int32), a class per folder
+TokenWindows("tokens.bin", 1024)[3]   # (x (1024,) int32, y (1024,) int32), y = x shifted by one
+```
 """
 
-import gzip
 import os
 import pathlib
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -25,9 +25,25 @@ from frost.config import MissingData, UsageError
 
 class Arrays:
     """In-memory arrays indexed along their first axis: positional (tuple samples) or named
-    (dict)."""
+    (dict samples).
 
-    def __init__(self, *arrays, **named):
+    ```python
+    Arrays(images, labels)[3]   # (images[3], labels[3])
+    Arrays(x=xs, y=ys)[3]       # {"x": xs[3], "y": ys[3]}
+    ```
+
+    Arguments:
+        *arrays: arrays of one length N along axis 0, such as (N, H, W, C) images and (N,)
+            labels; a sample is the tuple of their rows.
+        **named: arrays of one length N, by name; a sample is the dict of their rows. Give
+            positional or named arrays, not both.
+
+    Raises:
+        TypeError: no arrays, or both positional and named ones.
+        ValueError: the arrays' lengths differ.
+    """
+
+    def __init__(self, *arrays: np.ndarray, **named: np.ndarray):
         if arrays and named:
             raise TypeError(
                 "Arrays takes positional arrays (tuple samples) or named arrays (dict samples), "
@@ -54,96 +70,28 @@ class Arrays:
         return tuple(a[i] for a in self.arrays)
 
 
-# ---------------------------------------------------------------------------------------------
-# IDX (MNIST, Fashion-MNIST): magic 0x0000 | dtype code | ndim, then ndim big-endian uint32
-# sizes, then the data in big-endian order. Files may be gzipped.
-
-_IDX_DTYPES = {0x08: ">u1", 0x09: ">i1", 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
-
-
-def _read_bytes(path) -> bytes:
-    """A file's bytes, gunzipped when it starts with the gzip magic number."""
-    data = pathlib.Path(path).read_bytes()
-    if data[:2] == b"\x1f\x8b":
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError) as e:
-            raise ValueError(f"corrupt gzip file {path}: {e}") from e
-    return data
-
-
-def read_idx(path) -> np.ndarray:
-    """Read an IDX file (gzipped or not) into a native-endian numpy array."""
-    data = _read_bytes(path)
-    if len(data) < 4 or data[0] != 0 or data[1] != 0 or data[2] not in _IDX_DTYPES:
-        raise ValueError(
-            f"{path} is not an IDX file (header {data[:4].hex() or 'empty'}; "
-            f"expected 00 00 <dtype code> <ndim>)"
-        )
-    dtype, ndim = np.dtype(_IDX_DTYPES[data[2]]), data[3]
-    header = 4 + 4 * ndim
-    if len(data) < header:
-        raise ValueError(f"corrupt IDX file {path}: truncated header")
-    shape = tuple(int(d) for d in np.frombuffer(data, ">u4", ndim, offset=4))
-    expected = header + int(np.prod(shape)) * dtype.itemsize
-    if len(data) != expected:
-        raise ValueError(
-            f"corrupt IDX file {path}: shape {shape} needs {expected} bytes, the file has "
-            f"{len(data)}"
-        )
-    return np.frombuffer(data, dtype, offset=header).reshape(shape).astype(dtype.newbyteorder("="))
-
-
-def read_idx_pair(images_path, labels_path):
-    """(images (N, H, W, 1) uint8, labels (N,) int32) from an MNIST-style pair of IDX files."""
-    images, labels = read_idx(images_path), read_idx(labels_path)
-    if images.ndim == 3:
-        images = images[..., None]
-    if len(images) != len(labels):
-        raise ValueError(
-            f"{images_path} holds {len(images)} images but {labels_path} holds {len(labels)} labels"
-        )
-    return images, labels.astype(np.int32)
-
-
-# ---------------------------------------------------------------------------------------------
-# CIFAR binary format: records of <label byte(s)> <3072 bytes: 32x32 red, then green, then blue>.
-# CIFAR-10 has one label byte; CIFAR-100 two (coarse, fine).
-
-
-def read_cifar(paths, kind: int = 10, label: str = "fine"):
-    """(images (N, 32, 32, 3) uint8, labels (N,) int32) from CIFAR-10 or CIFAR-100 binary files."""
-    if kind not in (10, 100):
-        raise ValueError(f"kind must be 10 or 100, got {kind}")
-    skip = 1 if kind == 10 else 2
-    images, labels = [], []
-    for path in [paths] if isinstance(paths, (str, os.PathLike)) else paths:
-        data = _read_bytes(path)
-        if len(data) == 0 or len(data) % (3072 + skip):
-            raise ValueError(
-                f"corrupt CIFAR-{kind} file {path}: {len(data)} bytes is not a whole number "
-                f"of {3072 + skip}-byte records"
-            )
-        records = np.frombuffer(data, np.uint8).reshape(-1, 3072 + skip)
-        labels.append(records[:, skip - 1 if label == "fine" else 0].astype(np.int32))
-        images.append(records[:, skip:].reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1))  # CHW -> HWC
-    return np.ascontiguousarray(np.concatenate(images)), np.concatenate(labels)
-
-
-# ---------------------------------------------------------------------------------------------
-
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
 
 
 class ImageFolder:
     """`root/<class name>/<image>` -> (image (H, W, C) uint8, label int32); classes sorted by name.
 
-    Images are decoded with Pillow on access and converted to `mode` ("RGB": C=3, "L": C=1).
-    Sizes may differ between files; add a `transforms.Resize` before batching if they do.
+    Images (.jpg, .jpeg, .png) are decoded with Pillow on access and converted to `mode`. Sizes
+    may differ between files; add a `transforms.Resize` before batching if they do. A file Pillow
+    cannot read raises a UsageError naming it.
+
+    Arguments:
+        root: the folder holding one sub-folder per class; label i is the i-th name in sorted
+            order (`self.classes`).
+        mode: Pillow's mode to convert to: "RGB" (C = 3) or "L" (grey, C = 1).
+
+    Raises:
+        MissingData: `root` is not a folder, or its sub-folders hold no images.
     """
 
-    def __init__(self, root, mode: str = "RGB"):
-        self.root, self.mode = pathlib.Path(root), mode
+    def __init__(self, root: str | os.PathLike, mode: str = "RGB"):
+        self.root = pathlib.Path(root)
+        self.mode = mode
         if not self.root.is_dir():
             raise MissingData(f"ImageFolder: {self.root} is not a directory")
         self.classes = sorted(p.name for p in self.root.iterdir() if p.is_dir())
@@ -184,14 +132,34 @@ class ImageFolder:
 class TokenWindows:
     """Flat token files (memory-mapped uint16/uint32) as windows `(x, y)`: y is x shifted by one.
 
-    Window i starts at token i * stride (stride defaults to seq_len: non-overlapping windows),
-    so `x = tokens[s : s + seq_len]`, `y = tokens[s + 1 : s + seq_len + 1]`, both int32. `path`:
-    one file, or a list of shard files whose windows follow one another (none spans two shards).
+    Window i starts at token s = i * stride, so `x = tokens[s : s + seq_len]` and
+    `y = tokens[s + 1 : s + seq_len + 1]`, both (seq_len,) int32: a language model's inputs and
+    next-token targets. The files are opened lazily, so a pickled source maps them in each worker.
+
+    Arguments:
+        path: one token file, or a list of shard files whose windows follow one another (no
+            window spans two shards), as `frost tokenizer encode` and `frost.data.corpus` write
+            them.
+        seq_len: the tokens in each window, T.
+        dtype: the files' token dtype, "uint16" or "uint32" (`frost.text.token_dtype`).
+        stride: tokens between window starts; None means seq_len (windows that do not overlap).
+
+    Raises:
+        ValueError: a bad dtype, a file that is not a whole number of tokens, or too few tokens
+            for one window.
     """
 
-    def __init__(self, path, seq_len: int, dtype="uint16", stride: int | None = None):
+    def __init__(
+        self,
+        path: str | os.PathLike | Sequence[str | os.PathLike],
+        seq_len: int,
+        dtype: str | np.dtype = "uint16",
+        stride: int | None = None,
+    ):
         self.paths = [str(p) for p in (path if isinstance(path, (list, tuple)) else [path])]
-        self.path, self.seq_len, self.stride = self.paths[0], int(seq_len), int(stride or seq_len)
+        self.path = self.paths[0]
+        self.seq_len = int(seq_len)
+        self.stride = int(stride or seq_len)
         self.dtype = np.dtype(dtype)
         if self.dtype not in (np.uint16, np.uint32):
             raise ValueError(f"TokenWindows: dtype must be uint16 or uint32, got {self.dtype}")
