@@ -21,6 +21,7 @@ the last call wins.
 
 import contextvars
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -43,19 +44,41 @@ _context = contextvars.ContextVar("frost_nn_context", default=None)
 
 
 def is_training() -> bool:
+    """Whether the innermost open `apply` runs in training mode.
+
+    Layers ask it: BatchNorm normalises with batch statistics and Dropout drops in training mode.
+
+    Returns:
+        True inside `apply(..., train=True)`; False inside `apply(..., train=False)` and outside
+        any `apply` (evaluation mode).
+    """
     ctx = _context.get()
     return ctx is not None and ctx.train
 
 
-def record(layer: Module, **fields) -> None:
-    """Called by a layer during `apply(train=True)` to replace some of its fields afterwards."""
+def record(layer: Module, **fields: jax.Array) -> None:
+    """Called by a layer during `apply(train=True)` to replace some of its fields afterwards.
+
+    Outside training mode it does nothing. The values are recorded with their gradients stopped.
+
+    Arguments:
+        layer: the layer object itself (the key of its position in the model tree).
+        **fields: the new values of some of the layer's fields, by name.
+    """
     if is_training():
         stopped = {k: jax.lax.stop_gradient(v) for k, v in fields.items()}
         _context.get().records[id(layer)] = (layer, stopped)
 
 
 def next_key(layer: Module) -> jax.Array:
-    """A fresh PRNG key for a random layer in training mode."""
+    """A fresh PRNG key for a random layer in training mode: `apply`'s key folded with a counter.
+
+    Arguments:
+        layer: the layer asking (named in the error when `apply` was given no key).
+
+    Returns:
+        A PRNG key, different at each call within one `apply`.
+    """
     ctx = _context.get()
     if ctx is None or ctx.key is None:
         raise ValueError(
@@ -90,9 +113,31 @@ def _write_back(tree, records: dict):
 
 
 def apply(
-    model, *args, train: bool = False, key: jax.Array | None = None, **kwargs
+    model: Callable[..., Any],
+    *args: Any,
+    train: bool = False,
+    key: jax.Array | None = None,
+    **kwargs: Any,
 ) -> tuple[Any, Any]:
-    """Run `model(*args, **kwargs)` in train or eval mode; return `(output, updated_model)`."""
+    """Run `model(*args, **kwargs)` in training or evaluation mode and return the updated model.
+
+    ```python
+    logits, model = frost.nn.apply(model, x, train=True, key=key)  # inside the jitted step
+    ```
+
+    Arguments:
+        model: a Module (or any callable PyTree of Modules); its layers may record new state
+            (BatchNorm's running statistics) during the call.
+        *args: the positional arguments of the forward pass, e.g. the (N, H, W, C) images.
+        train: training mode (batch statistics, dropout) when True; evaluation mode otherwise.
+        key: a PRNG key (`jax.random.key`) from which each Dropout draws its own; needed only in
+            training mode by models with Dropout.
+        **kwargs: keyword arguments of the forward pass.
+
+    Returns:
+        `(output, updated_model)`: whatever `model(*args, **kwargs)` returns, and `model` with
+        the recorded fields written in (`model` itself when nothing was recorded).
+    """
     ctx = _Context(train=train, key=key)
     token = _context.set(ctx)
     try:

@@ -13,12 +13,15 @@ from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
+from jax.typing import DTypeLike
 
 from frost.nn import init
 from frost.nn.linear import check_input
 from frost.nn.module import Module, expand_to, static
 
 _SPATIAL = {1: "W", 2: "HW", 3: "DHW"}
+# an int, one per spatial axis (ints or (low, high) pairs), or "SAME" / "VALID"
+Padding = int | str | Sequence[int | tuple[int, int]]
 
 
 def _tuple(value, n: int, name: str, low: int = 1) -> tuple:
@@ -44,6 +47,34 @@ def _padding(padding, n: int):
 
 
 class Conv(Module):
+    """N-dimensional convolution, channels last: (N, *spatial, in_channels) -> (N, *spatial',
+    out_channels), as `torch.nn.Conv{1,2,3}d` with the channels moved last.
+
+    Weights are initialised as PyTorch's: `init.kaiming_uniform` (a = sqrt(5)), bias
+    U(-1/sqrt(fan_in), 1/sqrt(fan_in)). The leaves are `weight` (*kernel, in_channels / groups,
+    out_channels) and `bias` (out_channels,) or None; the sizes below are static fields (stride,
+    dilation and kernel_size stored as tuples, one entry per spatial axis).
+
+    ```python
+    conv = Conv(3, 16, kernel_size=3, padding=1, key=key)  # (N, 32, 32, 3) -> (N, 32, 32, 16)
+    ```
+
+    Arguments:
+        in_channels: channels of the input (its last axis).
+        out_channels: channels of the output.
+        kernel_size: the window, an int (every spatial axis) or one int per spatial axis.
+        stride: the step between windows, an int or one per spatial axis.
+        padding: zeros added around each spatial axis: an int, one int or (low, high) pair per
+            spatial axis, or "SAME" / "VALID".
+        dilation: the spacing of the kernel's taps, an int or one per spatial axis.
+        groups: split the channels into this many groups convolved separately (it must divide
+            both channel counts; groups == in_channels is a depthwise convolution).
+        use_bias: whether to add a learned bias.
+        num_spatial_dims: 1 (NWC), 2 (NHWC) or 3 (NDHWC).
+        key: a PRNG key (`jax.random.key`) for the initial weights.
+        dtype: the parameters' dtype; inputs must have it too.
+    """
+
     weight: jax.Array  # (*kernel, in / groups, out)
     bias: jax.Array | None  # (out,)
     in_channels: int = static()
@@ -59,15 +90,15 @@ class Conv(Module):
         in_channels: int,
         out_channels: int,
         kernel_size: int | Sequence[int],
-        stride=1,
-        padding=0,
-        dilation=1,
+        stride: int | Sequence[int] = 1,
+        padding: Padding = 0,
+        dilation: int | Sequence[int] = 1,
         groups: int = 1,
         use_bias: bool = True,
         num_spatial_dims: int = 2,
         *,
-        key,
-        dtype=jnp.float32,
+        key: jax.Array,
+        dtype: DTypeLike = jnp.float32,
     ):
         n = num_spatial_dims
         if n not in _SPATIAL:
@@ -82,9 +113,12 @@ class Conv(Module):
                 f"groups={groups} must divide in_channels={in_channels} and "
                 f"out_channels={out_channels}"
             )
-        self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
+        self.in_channels = in_channels
+        self.out_channels = out_channels
+        self.groups = groups
         self.kernel_size = _tuple(kernel_size, n, "kernel_size")
-        self.stride, self.dilation = _tuple(stride, n, "stride"), _tuple(dilation, n, "dilation")
+        self.stride = _tuple(stride, n, "stride")
+        self.dilation = _tuple(dilation, n, "dilation")
         self.padding = _padding(padding, n)
         wkey, bkey = jax.random.split(key)
         shape = (*self.kernel_size, in_channels // groups, out_channels)
@@ -109,9 +143,93 @@ class Conv(Module):
         return y if self.bias is None else y + expand_to(self.bias, y.ndim)
 
 
-def Conv1d(*args, **kwargs) -> Conv:
-    return Conv(*args, num_spatial_dims=1, **kwargs)
+def Conv1d(
+    in_channels: int,
+    out_channels: int,
+    kernel_size: int | Sequence[int],
+    stride: int | Sequence[int] = 1,
+    padding: Padding = 0,
+    dilation: int | Sequence[int] = 1,
+    groups: int = 1,
+    use_bias: bool = True,
+    *,
+    key: jax.Array,
+    dtype: DTypeLike = jnp.float32,
+) -> Conv:
+    """A 1-d convolution over (N, W, in_channels) sequences: `Conv` with num_spatial_dims=1.
+
+    Arguments:
+        in_channels: channels of the input (its last axis).
+        out_channels: channels of the output.
+        kernel_size: the window width, an int or a 1-tuple.
+        stride: the step between windows.
+        padding: zeros added at both ends: an int, a (low, high) pair in a 1-tuple, or "SAME" /
+            "VALID".
+        dilation: the spacing of the kernel's taps.
+        groups: the number of channel groups convolved separately.
+        use_bias: whether to add a learned bias.
+        key: a PRNG key (`jax.random.key`) for the initial weights.
+        dtype: the parameters' dtype.
+
+    Returns:
+        A `Conv` taking (N, W, in_channels) to (N, W', out_channels).
+    """
+    return Conv(
+        in_channels,
+        out_channels,
+        kernel_size,
+        stride,
+        padding,
+        dilation,
+        groups,
+        use_bias,
+        num_spatial_dims=1,
+        key=key,
+        dtype=dtype,
+    )
 
 
-def Conv2d(*args, **kwargs) -> Conv:
-    return Conv(*args, num_spatial_dims=2, **kwargs)
+def Conv2d(
+    in_channels: int,
+    out_channels: int,
+    kernel_size: int | Sequence[int],
+    stride: int | Sequence[int] = 1,
+    padding: Padding = 0,
+    dilation: int | Sequence[int] = 1,
+    groups: int = 1,
+    use_bias: bool = True,
+    *,
+    key: jax.Array,
+    dtype: DTypeLike = jnp.float32,
+) -> Conv:
+    """A 2-d convolution over (N, H, W, in_channels) images: `Conv` with num_spatial_dims=2.
+
+    Arguments:
+        in_channels: channels of the input (its last axis).
+        out_channels: channels of the output.
+        kernel_size: the window, an int or (height, width).
+        stride: the step between windows, an int or one per spatial axis.
+        padding: zeros added around the image: an int, one int or (low, high) pair per spatial
+            axis, or "SAME" / "VALID".
+        dilation: the spacing of the kernel's taps, an int or one per spatial axis.
+        groups: the number of channel groups convolved separately.
+        use_bias: whether to add a learned bias.
+        key: a PRNG key (`jax.random.key`) for the initial weights.
+        dtype: the parameters' dtype.
+
+    Returns:
+        A `Conv` taking (N, H, W, in_channels) to (N, H', W', out_channels).
+    """
+    return Conv(
+        in_channels,
+        out_channels,
+        kernel_size,
+        stride,
+        padding,
+        dilation,
+        groups,
+        use_bias,
+        num_spatial_dims=2,
+        key=key,
+        dtype=dtype,
+    )

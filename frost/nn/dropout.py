@@ -11,13 +11,23 @@ from frost.nn.module import Module, static
 
 
 class Dropout(Module):
+    """Zero each element with probability `p` and scale the rest by 1 / (1 - p) (Srivastava et al.
+    2014, "Dropout: A Simple Way to Prevent Neural Networks from Overfitting").
+
+    Call it as `drop(x)` inside `frost.nn.apply(..., train=True, key=key)`, or as `drop(x,
+    key=key)` to drop with a key of your own; otherwise it is the identity. It has no leaves.
+
+    Arguments:
+        p: the probability of zeroing an element, in [0, 1) (static).
+    """
+
     p: float = static(0.5)
 
     def __post_init__(self):
         if not 0.0 <= self.p < 1.0:
             raise ValueError(f"Dropout: p must be in [0, 1), got {self.p}")
 
-    def __call__(self, x, *, key=None):
+    def __call__(self, x: jax.Array, *, key: jax.Array | None = None) -> jax.Array:
         if self.p == 0.0 or (key is None and not context.is_training()):
             return x
         key = context.next_key(self) if key is None else key

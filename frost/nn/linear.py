@@ -2,6 +2,7 @@
 
 import jax
 import jax.numpy as jnp
+from jax.typing import DTypeLike
 
 from frost.nn import init
 from frost.nn.module import Module, expand_to, shape_error, static
@@ -30,13 +31,35 @@ def check_input(layer: Module, x, rank_ok: bool, channels: int, expected: str) -
 
 
 class Linear(Module):
+    """A fully connected layer, y = x @ weight + bias, over the last axis: (..., in_features) ->
+    (..., out_features).
+
+    Weights are initialised as PyTorch's `torch.nn.Linear`: `init.kaiming_uniform` (a = sqrt(5)),
+    i.e. U(-1/sqrt(in_features), 1/sqrt(in_features)), and so is the bias. The leaves are
+    `weight` (in_features, out_features), the transpose of PyTorch's layout, and `bias`
+    (out_features,) or None; the two sizes are static fields.
+
+    Arguments:
+        in_features: the size of the input's last axis.
+        out_features: the size of the output's last axis.
+        use_bias: whether to add a learned bias.
+        key: a PRNG key (`jax.random.key`) for the initial weights.
+        dtype: the parameters' dtype; inputs must have it too.
+    """
+
     weight: jax.Array  # (in_features, out_features)
     bias: jax.Array | None  # (out_features,)
     in_features: int = static()
     out_features: int = static()
 
     def __init__(
-        self, in_features: int, out_features: int, use_bias: bool = True, *, key, dtype=jnp.float32
+        self,
+        in_features: int,
+        out_features: int,
+        use_bias: bool = True,
+        *,
+        key: jax.Array,
+        dtype: DTypeLike = jnp.float32,
     ):
         if in_features < 1 or out_features < 1:
             raise ValueError(
@@ -47,7 +70,8 @@ class Linear(Module):
         self.bias = (
             init.bias_uniform(bkey, (out_features,), in_features, dtype) if use_bias else None
         )
-        self.in_features, self.out_features = in_features, out_features
+        self.in_features = in_features
+        self.out_features = out_features
 
     def __call__(self, x):  # (..., in) -> (..., out)
         expected = f"(..., {self.in_features})"

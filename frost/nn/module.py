@@ -27,11 +27,27 @@ from typing import Any
 import jax
 import numpy as np
 
+from frost.tree import PyTree
+
 _INIT_FLAG = "_frost_initialising"
 
 
 def static(default: Any = dataclasses.MISSING) -> Any:
-    """Declare a configuration field: part of the tree definition, not a leaf."""
+    """Declare a configuration field: part of the tree definition, not a leaf.
+
+    ```python
+    class Scale(Module):
+        factor: jax.Array
+        features: int = static()  # a size: jit recompiles when it changes
+    ```
+
+    Arguments:
+        default: the field's default value (hashable: it lives in the tree definition); none by
+            default, so the field must be given.
+
+    Returns:
+        A `dataclasses.field` marked static, to assign to a class attribute of a Module.
+    """
     return dataclasses.field(default=default, metadata={"static": True})
 
 
@@ -40,6 +56,12 @@ def buffer(default: Any = dataclasses.MISSING) -> Any:
 
     A buffer is a PyTree child like a parameter (it is saved, jitted and sharded), but it is
     left out of `param_count`, and `trainable_mask` marks it False so an optimizer can skip it.
+
+    Arguments:
+        default: the field's default value; none by default, so the field must be set.
+
+    Returns:
+        A `dataclasses.field` marked as a buffer, to assign to a class attribute of a Module.
     """
     return dataclasses.field(default=default, metadata={"buffer": True})
 
@@ -54,8 +76,15 @@ def map_children(module, fn) -> Any:
     return module.replace(**{f.name: fn(f, module.__dict__[f.name]) for f in children})
 
 
-def buffer_mask(tree) -> Any:
-    """A tree of bools shaped like `tree`: True at buffer leaves, False at every other leaf."""
+def buffer_mask(tree: PyTree) -> PyTree:
+    """Mark the leaves that sit inside a `buffer()` field of some Module in `tree`.
+
+    Arguments:
+        tree: a Module, or any PyTree holding Modules and arrays.
+
+    Returns:
+        A tree of bools with `tree`'s structure: True at buffer leaves, False at every other leaf.
+    """
 
     def child(field, value):
         if field.metadata.get("buffer"):
@@ -68,13 +97,30 @@ def buffer_mask(tree) -> Any:
     return jax.tree.map(node, tree, is_leaf=is_module)
 
 
-def trainable_mask(tree) -> Any:
-    """True at parameters, False at buffers: pass to an optimizer's mask."""
+def trainable_mask(tree: PyTree) -> PyTree:
+    """Mark the trainable leaves of `tree`, the opposite of `buffer_mask`; pass it to an optimizer's
+    mask so that buffers (BatchNorm's running statistics) are left alone.
+
+    Arguments:
+        tree: a Module, or any PyTree holding Modules and arrays.
+
+    Returns:
+        A tree of bools with `tree`'s structure: True at parameters, False at buffers.
+    """
     return jax.tree.map(lambda b: not b, buffer_mask(tree))
 
 
-def update_buffers(model, source) -> Any:
-    """`model` with its buffer leaves taken from `source` (a model of the same structure)."""
+def update_buffers(model: PyTree, source: PyTree) -> PyTree:
+    """Copy the buffers of `source` into `model`, keeping `model`'s parameters.
+
+    Arguments:
+        model: a Module (or a tree of them) whose parameters are kept.
+        source: a tree of the same structure (e.g. the model `frost.nn.apply` returned, or an
+            averaged copy) whose buffer leaves are taken.
+
+    Returns:
+        `model` with each buffer leaf replaced by the one at the same position in `source`.
+    """
     return jax.tree.map(lambda is_buf, m, s: s if is_buf else m, buffer_mask(model), model, source)
 
 
@@ -110,7 +156,14 @@ def _wrap_init(user_init):
 
 
 class Module:
-    """Base class of every Frost layer and model (see the module docstring)."""
+    """Base class of every Frost layer and model: a frozen dataclass registered as a PyTree.
+
+    A subclass declares its fields as class annotations: array and sub-module fields are the
+    tree's children (leaves, once flattened), fields declared with `static()` are configuration
+    kept in the tree definition, and fields declared with `buffer()` are non-trainable arrays. The
+    subclass becomes a dataclass whose constructor takes those fields, unless it writes its own
+    `__init__` (see the module docstring). `Module` itself takes no arguments.
+    """
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)

@@ -1,8 +1,8 @@
 """Mixed precision (Micikevicius et al. 2018, "Mixed Precision Training"): parameters kept in
 float32, the forward and backward passes computed in bfloat16 or float16, outputs in float32.
 
-    policy = precision.policy("bf16")        # Policy(params=float32, compute=bfloat16,
-    output=float32)
+    # Policy(params=float32, compute=bfloat16, output=float32)
+    policy = precision.policy("bf16")
 
     def loss_fn(model, batch, key):          # inside the jitted step: casts are part of the graph
         x, y = policy.cast_to_compute(batch)
@@ -26,14 +26,24 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax.typing import DTypeLike
 
 from frost.config import UsageError
 from frost.nn.module import buffer_mask
+from frost.tree import PyTree
 
 
-def cast(tree, dtype) -> Any:
+def cast(tree: PyTree, dtype: DTypeLike) -> PyTree:
     """`tree` with its floating-point leaves as `dtype`; integers, PRNG keys and buffers
-    unchanged."""
+    unchanged.
+
+    Arguments:
+        tree: a Module, a batch, or any PyTree of arrays.
+        dtype: the floating-point dtype to cast to.
+
+    Returns:
+        A tree of `tree`'s structure.
+    """
 
     def leaf(x, is_buffer):
         floating = hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jnp.floating)
@@ -45,19 +55,25 @@ def cast(tree, dtype) -> Any:
 @dataclasses.dataclass(frozen=True)
 class Policy:
     """The dtypes of a step: `params` stored, `compute` for the forward/backward pass, `output`
-    returned."""
+    returned. Each `cast_to_*` method casts a tree's floating leaves (not its buffers) with `cast`.
+
+    Arguments:
+        params: the dtype parameters are kept (and updated) in.
+        compute: the dtype of the forward and backward passes.
+        output: the dtype of the model's outputs (logits, for the loss).
+    """
 
     params: Any = jnp.float32
     compute: Any = jnp.bfloat16
     output: Any = jnp.float32
 
-    def cast_to_compute(self, tree):
+    def cast_to_compute(self, tree: PyTree) -> PyTree:
         return cast(tree, self.compute)
 
-    def cast_to_param(self, tree):
+    def cast_to_param(self, tree: PyTree) -> PyTree:
         return cast(tree, self.params)
 
-    def cast_to_output(self, tree):
+    def cast_to_output(self, tree: PyTree) -> PyTree:
         return cast(tree, self.output)
 
 
@@ -70,7 +86,14 @@ POLICIES = {
 
 def policy(name: str) -> Policy:
     """The policy of `--precision NAME`: fp32, bf16 or fp16 compute; float32 parameters and
-    outputs."""
+    outputs.
+
+    Arguments:
+        name: "fp32", "bf16" or "fp16".
+
+    Returns:
+        The `Policy`; an unknown name raises `UsageError`.
+    """
     if name not in POLICIES:
         raise UsageError(f"--precision {name!r}: choose one of {', '.join(POLICIES)}")
     return POLICIES[name]
