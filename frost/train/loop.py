@@ -23,6 +23,8 @@ resumed run repeats an uninterrupted one exactly on CPU.
 import dataclasses
 import pathlib
 import time
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -31,8 +33,10 @@ from tqdm import tqdm
 
 from frost import checkpoint, nn, parallel
 from frost.config import FrostError
+from frost.data import Loader
 from frost.nn import precision as mixed
 from frost.optim import (
+    GradientTransformation,
     all_finite,
     apply_updates,
     call_update,
@@ -44,9 +48,15 @@ from frost.optim import (
 from frost.optim.scaling import ScaledState
 from frost.train import metrics as metrics_log
 from frost.train.losses import HESSIAN, classification_loss, eval_sums
-from frost.tree import where
+from frost.tree import PyTree, where
 
 _fold_in = jax.jit(jax.random.fold_in)  # the step's key; jitted: 8 us a call, 64 us eagerly
+
+# (model, batch, key) -> (loss, (stats_model, metrics)): a float32 scalar loss, the model with its
+# new BatchNorm statistics, and a dict of scalar metrics
+LossFn = Callable[[PyTree, PyTree, jax.Array], tuple[jax.Array, tuple[PyTree, dict]]]
+# (model, opt_state, batch, key) -> (model, opt_state, metrics)
+Step = Callable[[PyTree, PyTree, PyTree, jax.Array], tuple[PyTree, PyTree, dict]]
 
 
 class NonFiniteError(FrostError, FloatingPointError):
@@ -55,34 +65,64 @@ class NonFiniteError(FrostError, FloatingPointError):
 
 @dataclasses.dataclass
 class TrainState:
-    model: object
-    opt_state: object
+    """What a training run carries from one step to the next; `fit` returns a new one each step.
+
+    Arguments:
+        model: the model (usually a `frost.nn.Module`; any PyTree of arrays the step takes).
+        opt_state: the optimizer's state for `model` (`optimizer.init(model)`).
+        key: a PRNG key (`jax.random.key`); step t draws its randomness from
+            `jax.random.fold_in(key, t)`.
+        step: the number of steps taken so far.
+        loader_state: the loader's position after the last step (`frost.data.Loader.state()`),
+            kept in each checkpoint so a resumed run continues mid-epoch; None at the start.
+        last_eval: the latest `eval_fn` result (not checkpointed).
+        skipped: the non-finite steps skipped so far (`on_nonfinite="skip"`).
+    """
+
+    model: PyTree
+    opt_state: PyTree
     key: jax.Array
     step: int = 0
     loader_state: dict | None = None
     last_eval: dict | None = None  # the latest `eval_fn` result (not checkpointed)
     skipped: int = 0  # non-finite steps skipped (on_nonfinite="skip")
 
-    def tree(self):
+    def tree(self) -> dict:
+        """The arrays a checkpoint holds: `{"model": ..., "opt_state": ..., "key": ...}`."""
         return {"model": self.model, "opt_state": self.opt_state, "key": self.key}
 
 
 def train_step(
-    optimizer,
-    loss_fn=classification_loss,
-    prepare=lambda batch: batch,
+    optimizer: GradientTransformation,
+    loss_fn: LossFn = classification_loss,
+    prepare: Callable[[PyTree], PyTree] = lambda batch: batch,
     hessian: str | None = None,
     precision: str = "fp32",
-):
-    """The pure step `(model, opt_state, batch, key) -> (model, opt_state, metrics)`, unjitted (so
-    it can be vmapped, e.g. over a grid of hyper-parameters held in stacked optimizer states);
-    `prepare` maps the loader's batch to the loss function's (e.g. uint8 images to floats).
+) -> Step:
+    """The pure training step, unjitted (so it can be vmapped, e.g. over a grid of
+    hyper-parameters held in stacked optimizer states).
 
     `precision` ("fp32", "bf16", "fp16"; frost.nn.precision) runs the forward and backward pass
     in that dtype with float32 parameters, moments and loss. fp16 needs the optimizer wrapped in
     `frost.optim.scaling.dynamic_scaling`: the loss is multiplied by its scale here, and it skips
     the updates whose gradients overflow (counted in metrics["overflow_skipped"], not as
-    non-finite)."""
+    non-finite).
+
+    Arguments:
+        optimizer: the optimizer (a `GradientTransformation`, Frost's or optax's).
+        loss_fn: `(model, batch, key) -> (loss, (stats_model, metrics))`: a float32 scalar loss,
+            the model with its new BatchNorm statistics, and a dict of scalar metrics.
+        prepare: maps the loader's batch to the loss function's (e.g. uint8 images to floats).
+        hessian: Sophia's Hessian-diagonal estimator, "gnb" or "hutchinson" (losses.HESSIAN);
+            None for every other optimizer.
+        precision: "fp32", "bf16" or "fp16", the dtype of the forward and backward pass.
+
+    Returns:
+        The step `(model, opt_state, batch, key) -> (model, opt_state, metrics)`. The metrics hold
+        the loss, the gradients' global norm, the learning rate (of a Frost optimizer), the loss
+        function's metrics, and `finite`, a bool scalar: False when the step was not applied
+        (the old model and state are returned).
+    """
     if hessian is not None and hessian not in HESSIAN:
         raise ValueError(f"hessian={hessian!r}: choose one of {', '.join(HESSIAN)}")
     policy = mixed.policy(precision)
@@ -137,12 +177,45 @@ def _learning_rate(opt_state) -> dict:
     return {"learning_rate": rates[0]} if rates else {}
 
 
-def make_train_step(optimizer, *args, shardings=None, **kwargs):
-    """`train_step(optimizer, *args, **kwargs)` (loss_fn, prepare, hessian, precision) jitted, its
-    model and optimizer state donated. `shardings=(model, opt_state, batch)` (keyword only; see
-    frost.parallel) pins the layout of inputs and outputs on a mesh; the step itself is the same
-    function on one device or many."""
-    step = train_step(optimizer, *args, **kwargs)
+def make_train_step(
+    optimizer: GradientTransformation,
+    loss_fn: LossFn = classification_loss,
+    prepare: Callable[[PyTree], PyTree] = lambda batch: batch,
+    hessian: str | None = None,
+    precision: str = "fp32",
+    *,
+    shardings: tuple[PyTree, PyTree, jax.sharding.NamedSharding] | None = None,
+) -> Step:
+    """`train_step` jitted, its model and optimizer state donated; on a mesh, with the layout of
+    its inputs and outputs pinned.
+
+    The step itself is the same function on one device or many: only `shardings` changes, and XLA
+    inserts the collectives (see frost.parallel).
+
+    ```python
+    step = make_train_step(frost.optim.adamw(1e-3))
+    model, opt_state, metrics = step(model, opt_state, batch, jax.random.key(0))
+    ```
+
+    Arguments:
+        optimizer: the optimizer (a `GradientTransformation`, Frost's or optax's).
+        loss_fn: `(model, batch, key) -> (loss, (stats_model, metrics))`: a float32 scalar loss,
+            the model with its new BatchNorm statistics, and a dict of scalar metrics.
+        prepare: maps the loader's batch to the loss function's, inside the jitted step (e.g.
+            uint8 images to normalised floats).
+        hessian: Sophia's Hessian-diagonal estimator, "gnb" or "hutchinson" (losses.HESSIAN);
+            None for every other optimizer.
+        precision: "fp32", "bf16" or "fp16" (frost.nn.precision), the dtype of the forward and
+            backward pass; fp16 needs the optimizer in `frost.optim.scaling.dynamic_scaling`.
+        shardings: keyword only; `(model, opt_state, batch)`: the model's and the optimizer
+            state's trees of `NamedSharding`s (e.g. from `frost.parallel.fsdp`) and the batch's
+            `NamedSharding` (`frost.parallel.batch_sharding`). None: one device, no layout pinned.
+
+    Returns:
+        The jitted step `(model, opt_state, batch, key) -> (model, opt_state, metrics)` (see
+        `train_step`). The model and optimizer state passed in are donated: use the returned ones.
+    """
+    step = train_step(optimizer, loss_fn, prepare, hessian, precision)
     if shardings is None:
         return jax.jit(step, donate_argnums=(0, 1))
     model_sh, opt_sh, batch_sh = shardings
@@ -152,18 +225,47 @@ def make_train_step(optimizer, *args, shardings=None, **kwargs):
     return jax.jit(step, donate_argnums=(0, 1), in_shardings=ins, out_shardings=outs)
 
 
-def make_eval_step(prepare=lambda batch: batch):
-    """A jitted `(model, batch, valid) -> {loss_sum, correct, count}` in evaluation mode, over
-    the rows `valid` (N,) marks."""
+def make_eval_step(
+    prepare: Callable[[PyTree], PyTree] = lambda batch: batch,
+) -> Callable[[PyTree, PyTree, jax.Array], dict]:
+    """The jitted evaluation step: a batch's loss and accuracy sums, the model in evaluation mode.
+
+    Arguments:
+        prepare: maps the loader's batch to the model's `(inputs, labels)`, inside the jitted step.
+
+    Returns:
+        A jitted `(model, batch, valid) -> {"loss_sum", "correct", "count"}` (scalars, summed over
+        the positions of the rows that `valid`, an (N,) bool array, marks; losses.eval_sums).
+    """
     return jax.jit(lambda model, batch, valid: eval_sums(model, prepare(batch), valid))
 
 
-def evaluate(model, batches, eval_step, rows: int, place=lambda batch: batch) -> dict:
+def evaluate(
+    model: PyTree,
+    batches: Iterable[PyTree],
+    eval_step: Callable[[PyTree, PyTree, jax.Array], dict],
+    rows: int,
+    place: Callable[[PyTree], PyTree] = lambda batch: batch,
+) -> dict:
     """Mean loss and accuracy over `batches` (a loader's, every sample once: drop_last=False).
 
     Each batch is padded to `rows` rows (this process's share of a full batch) and the padding
     masked out, so the last, short batch divides over any mesh and any number of processes, and
-    every device count gives the single-device numbers. `place` puts a batch on the devices."""
+    every device count gives the single-device numbers.
+
+    Arguments:
+        model: the model `eval_step` evaluates (usually a `frost.nn.Module` giving logits).
+        batches: host batches, each a tree of numpy arrays of at most `rows` rows
+            (`(inputs, labels)` for `make_eval_step`'s step), e.g. a `frost.data.Loader`.
+        eval_step: `(model, batch, valid) -> {"loss_sum", "correct", "count"}`, from
+            `make_eval_step`.
+        rows: the rows each batch is padded to: this process's share of a full batch.
+        place: puts a padded `(batch, valid)` pair on the devices (e.g.
+            `frost.parallel.global_batch`); by default they stay on the host.
+
+    Returns:
+        `{"loss": the mean loss, "accuracy": the fraction correct}`, floats over every real row.
+    """
     totals = {"loss_sum": 0.0, "correct": 0, "count": 0}
     for batch in batches:
         n = len(jax.tree.leaves(batch)[0])
@@ -177,11 +279,23 @@ def evaluate(model, batches, eval_step, rows: int, place=lambda batch: batch) ->
     return {"loss": totals["loss_sum"] / n, "accuracy": totals["correct"] / n}
 
 
-def distribute(state: TrainState, mesh: str | None, strategy: str, batch_size: int):
-    """Lay the model and optimizer state out on a mesh ("data=8", "data=4,model=2"; see
-    frost.parallel). Returns (state, shardings for make_train_step, place for fit); with no mesh,
-    one process keeps the state as it is and batches go to the default device, and many processes
-    train data parallel over every device (never one model each)."""
+def distribute(
+    state: TrainState, mesh: str | None, strategy: str, batch_size: int
+) -> tuple[TrainState, tuple | None, Callable[[PyTree], PyTree]]:
+    """Lay the model and optimizer state out on a mesh (see frost.parallel). With no mesh, one
+    process keeps the state as it is and batches go to the default device, and many processes
+    train data parallel over every device (never one model each).
+
+    Arguments:
+        state: the state to lay out.
+        mesh: the mesh's axis sizes, "data=8" or "data=4,model=2"; None or "" for none.
+        strategy: "dp", "fsdp" or "tp", a key of frost.parallel.STRATEGIES.
+        batch_size: the global batch size, checked to divide over the data axis.
+
+    Returns:
+        `(state, shardings, place)`: the state on the mesh, the shardings for
+        `make_train_step(shardings=...)` (None without a mesh), and the batch placement for `fit`.
+    """
     if not mesh and jax.process_count() == 1:
         return state, None, lambda batch: batch
     mesh = mesh or f"data={jax.device_count()}"
@@ -193,8 +307,18 @@ def distribute(state: TrainState, mesh: str | None, strategy: str, batch_size: i
     return state, shardings, lambda batch: parallel.global_batch(batch, batch_sh)
 
 
-def restore(run_dir, state: TrainState) -> TrainState:
-    """`state` replaced by the latest checkpoint in `run_dir/checkpoints` (unchanged if none)."""
+def restore(run_dir: str | pathlib.Path, state: TrainState) -> TrainState:
+    """`state` replaced by the latest checkpoint in `run_dir/checkpoints` (unchanged if none).
+
+    Arguments:
+        run_dir: the run directory.
+        state: the template: a fresh state of the same model and optimizer, laid out as the run
+            wants it (each array is read into its sharding, each process reading only its shards).
+
+    Returns:
+        The checkpoint's model, optimizer state, key, step, loader position and skip count; `state`
+        itself when there is no checkpoint.
+    """
     path = checkpoint.latest(pathlib.Path(run_dir) / "checkpoints")
     if path is None:
         return state
@@ -204,8 +328,21 @@ def restore(run_dir, state: TrainState) -> TrainState:
     )
 
 
-def save(run_dir, state: TrainState, keep: int = 3, **meta) -> pathlib.Path:
-    """Checkpoint `state`: every process calls it and writes the shards it holds (no gather)."""
+def save(
+    run_dir: str | pathlib.Path, state: TrainState, keep: int = 3, **meta: Any
+) -> pathlib.Path:
+    """Checkpoint `state`: every process calls it and writes the shards it holds (no gather).
+
+    Arguments:
+        run_dir: the run directory; the checkpoint goes in `run_dir/checkpoints`.
+        state: what to save: its `tree()`, and its step, loader position and skip count in the
+            manifest.
+        keep: how many checkpoints to keep (the newest).
+        **meta: more JSON values for the manifest (e.g. `config=...`).
+
+    Returns:
+        The checkpoint's folder, `run_dir/checkpoints/step_<step, 8 digits>`.
+    """
     meta = dict(meta, step=state.step, loader=state.loader_state, skipped=state.skipped)
     directory = pathlib.Path(run_dir) / "checkpoints"
     return checkpoint.save(directory, state.step, state.tree(), meta, keep)
@@ -217,7 +354,10 @@ class _Policy:
     def __init__(self, mode: str, max_skips: int, run_dir: pathlib.Path):
         if mode not in ("stop", "skip"):
             raise ValueError(f"on_nonfinite={mode!r}: choose 'stop' or 'skip'")
-        self.mode, self.max_skips, self.run_dir, self.in_a_row = mode, max_skips, run_dir, 0
+        self.mode = mode
+        self.max_skips = max_skips
+        self.run_dir = run_dir
+        self.in_a_row = 0  # non-finite steps in a row
 
     def __call__(self, pending, state: TrainState) -> TrainState:
         """`pending`: the metrics of step `state.step`, dispatched; returns `state` with its skip
@@ -253,7 +393,8 @@ class FitConfig:
         log_every: steps between metrics records.
         unit: what `count(batch)` counts, for the throughput (`images_per_s`).
         eval_name: the prefix of `eval_fn`'s keys in the records (`test_accuracy`).
-        on_nonfinite, max_skips: the non-finite policy ("stop", or "skip" up to max_skips in a row).
+        on_nonfinite: the non-finite policy: "stop", or "skip" (up to `max_skips` in a row).
+        max_skips: with "skip", stop at this many non-finite steps in a row.
         tensorboard: also write the records as TensorBoard scalars in run_dir/tensorboard.
         progress: show progress bars and per-epoch lines.
         meta: extra JSON kept in every checkpoint's manifest (e.g. the job's config).
@@ -274,43 +415,64 @@ class FitConfig:
 
 def fit(
     state: TrainState,
-    train_step,
-    loader,
+    train_step: Step,
+    loader: Loader,
     config: FitConfig,
-    eval_fn=None,
-    count=lambda batch: len(jax.tree.leaves(batch)[0]),
-    place=lambda batch: batch,
+    eval_fn: Callable[[PyTree], dict] | None = None,
+    count: Callable[[PyTree], int] = lambda batch: len(jax.tree.leaves(batch)[0]),
+    place: Callable[[PyTree], PyTree] = lambda batch: batch,
 ) -> TrainState:
     """Train until `loader.epoch == config.epochs` (or `config.max_steps`), checkpointing after
     every epoch.
 
-    `loader` is positioned already (a `frost.data.Loader` built with `state=state.loader_state`).
-    `eval_fn(model) -> dict` runs after each epoch's checkpoint is written, logged as
-    `{eval_name}_{key}`. Metrics go to `run_dir/metrics.jsonl` (records past `state.step` from an
-    earlier attempt are dropped first), with the throughput in `unit`s per second (`count(batch)`
-    of them per batch: rows by default). `place(batch)` puts a loader batch on the devices (e.g.
-    frost.parallel.global_batch).
+    Metrics go to `run_dir/metrics.jsonl` (records past `state.step` from an earlier attempt are
+    dropped first), with the throughput in `config.unit`s per second.
+
+    Arguments:
+        state: where training starts: a fresh state, or one from `restore`.
+        train_step: the jitted step `(model, opt_state, batch, key) -> (model, opt_state,
+            metrics)` (`make_train_step`); its metrics hold a scalar "loss" and a bool "finite".
+        loader: a `frost.data.Loader`, positioned already (built with
+            `state=state.loader_state`).
+        config: how to run: epochs, run directory, logging, the non-finite policy.
+        eval_fn: `eval_fn(model) -> dict` of numbers, run after each epoch's checkpoint is written
+            and logged as `{config.eval_name}_{key}`; None: no evaluation.
+        count: the number of `config.unit`s in a loader batch (its rows by default).
+        place: puts a loader batch on the devices (e.g. `frost.parallel.global_batch`).
+
+    Returns:
+        The state after the last step, its `last_eval` the latest evaluation.
+
+    Raises:
+        NonFiniteError: a non-finite step that the policy does not skip.
+        ValueError: the loader yields no batches.
     """
-    c = config
     if len(loader) == 0:
         raise ValueError(
             "fit: the loader yields no batches (fewer samples than one batch, with drop_last)"
         )
-    run_dir = pathlib.Path(c.run_dir)
+    run_dir = pathlib.Path(config.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    with metrics_log.Log(run_dir, state.step, c.tensorboard, jax.process_index() == 0) as log:
+    with metrics_log.Log(run_dir, state.step, config.tensorboard, jax.process_index() == 0) as log:
         if eval_fn is not None and state.step and loader.batch == 0:  # resumed at an epoch's end
             path = run_dir / "metrics.jsonl"  # killed after its checkpoint, before its evaluation?
-            if not parallel.on_first(lambda: metrics_log.logged(path, state.step, c.eval_name)):
-                state = _evaluate(state, loader.epoch - 1, eval_fn, c, log)
-        while loader.epoch < c.epochs and (c.max_steps is None or state.step < c.max_steps):
-            epoch, policy = loader.epoch, _Policy(c.on_nonfinite, c.max_skips, run_dir)
-            seen, t0, pending = 0, time.perf_counter(), None
+            if not parallel.on_first(
+                lambda: metrics_log.logged(path, state.step, config.eval_name)
+            ):
+                state = _evaluate(state, loader.epoch - 1, eval_fn, config, log)
+        while loader.epoch < config.epochs and (
+            config.max_steps is None or state.step < config.max_steps
+        ):
+            epoch = loader.epoch
+            policy = _Policy(config.on_nonfinite, config.max_skips, run_dir)
+            seen = 0  # units (config.unit) trained on this epoch
+            t0 = time.perf_counter()
+            pending = None  # the metrics of the step dispatched last, its flag not read yet
             with tqdm(
                 total=len(loader),
                 initial=loader.batch,
-                desc=f"epoch {epoch + 1}/{c.epochs}",
-                disable=not c.progress,
+                desc=f"epoch {epoch + 1}/{config.epochs}",
+                disable=not config.progress,
                 dynamic_ncols=True,
             ) as bar:  # closed before an error shows
                 for batch in loader:
@@ -329,37 +491,40 @@ def fit(
                     seen += count(batch)
                     bar.update(1)
                     # waits for this step anyway
-                    if state.step % c.log_every == 0 and bool(metrics["finite"]):
-                        state, pending = policy(pending, state), None
+                    if state.step % config.log_every == 0 and bool(metrics["finite"]):
+                        state = policy(pending, state)
+                        pending = None
                         rate = seen / (time.perf_counter() - t0)
                         others = {k: v for k, v in metrics.items() if k not in ("loss", "finite")}
                         record = {
                             "step": state.step,
                             "epoch": epoch,
                             "loss": float(metrics["loss"]),
-                            f"{c.unit}_per_s": rate,
+                            f"{config.unit}_per_s": rate,
                             **{k: float(v) for k, v in others.items()},
                         }
                         if state.skipped:
                             record["skipped"] = state.skipped
                         log.write(record)
                         bar.set_postfix(loss=f"{record['loss']:.4f}", per_s=f"{rate:.0f}")
-                    if c.max_steps is not None and state.step >= c.max_steps:
+                    if config.max_steps is not None and state.step >= config.max_steps:
                         break
                 state = policy(pending, state)
             # the checkpoint first: nothing after it (an evaluation) can lose the epoch
-            save(run_dir, state, **(c.meta or {}))
+            save(run_dir, state, **(config.meta or {}))
             if loader.epoch > epoch and eval_fn is not None:
-                state = _evaluate(state, epoch, eval_fn, c, log)
+                state = _evaluate(state, epoch, eval_fn, config, log)
     return state
 
 
-def _evaluate(state: TrainState, epoch: int, eval_fn, c: FitConfig, log) -> TrainState:
+def _evaluate(
+    state: TrainState, epoch: int, eval_fn, config: FitConfig, log: metrics_log.Log
+) -> TrainState:
     """`eval_fn` on the model after `epoch`, logged and printed, and kept in `state.last_eval`."""
     result = eval_fn(state.model)
-    named = {f"{c.eval_name}_{k}": v for k, v in result.items()}
+    named = {f"{config.eval_name}_{k}": v for k, v in result.items()}
     log.write({"step": state.step, "epoch": epoch, **named})
-    if c.progress:
-        text = ", ".join(f"{c.eval_name} {k} {v:.4f}" for k, v in result.items())
+    if config.progress:
+        text = ", ".join(f"{config.eval_name} {k} {v:.4f}" for k, v in result.items())
         print(f"epoch {epoch + 1}: {text}", flush=True)
     return dataclasses.replace(state, last_eval=result)

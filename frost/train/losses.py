@@ -17,8 +17,16 @@ def nll(logits, labels) -> jax.Array:
     return -jnp.take_along_axis(logp, labels[..., None].astype(jnp.int32), axis=-1)[..., 0]
 
 
-# (..., V), (...) -> (): the mean over all positions
-def cross_entropy(logits, labels) -> jax.Array:
+def cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
+    """Softmax cross-entropy, the mean of -log p(label) over every position, in float32.
+
+    Arguments:
+        logits: (..., V) float array: unnormalised log-probabilities over V classes.
+        labels: (...) integer array of class indices in [0, V).
+
+    Returns:
+        () float32: the mean over all positions.
+    """
     return jnp.mean(nll(logits, labels))
 
 
@@ -33,9 +41,22 @@ def correct(logits, labels) -> jax.Array:  # (..., V), (...) -> (...) bool
     return (picked == top)[..., 0] & ~earlier
 
 
-def classification_loss(model, batch, key) -> tuple[jax.Array, tuple]:
-    """Softmax cross-entropy in training mode: `(loss, (model with new BatchNorm statistics,
-    metrics))`."""
+def classification_loss(
+    model: nn.Module, batch: tuple[jax.Array, jax.Array], key: jax.Array
+) -> tuple[jax.Array, tuple[nn.Module, dict]]:
+    """Softmax cross-entropy of `model(inputs)` in training mode (`frost.nn.apply(...,
+    train=True)`): the default loss of `make_train_step`.
+
+    Arguments:
+        model: a model mapping inputs to logits, (N, K) for images or (B, T, V) for text.
+        batch: `(inputs, labels)`: e.g. (N, H, W, C) floats and (N,) integer labels, or (B, T)
+            token ids and (B, T) next-token ids.
+        key: a PRNG key (`jax.random.key`), for dropout.
+
+    Returns:
+        `(loss, (stats_model, metrics))`: the float32 scalar loss, the model with its new
+        BatchNorm statistics, and `{"accuracy": float32 scalar}`.
+    """
     x, labels = batch
     logits, stats_model = nn.apply(model, x, train=True, key=key)
     metrics = {"accuracy": jnp.mean(correct(logits, labels))}
