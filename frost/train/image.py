@@ -24,11 +24,13 @@ def normalise(x, mean, std):  # uint8 (N, H, W, C) -> float32, per-channel stand
 
 
 class ImageJob(Job):
-    unit, eval_batch = "images", 1000
+    unit = "images"
+    eval_batch = 1000
 
     def data(self, cfg, run_dir, progress) -> Data:
         d = data.load_images(cfg.data, cfg.limit)
-        mean, std = jnp.asarray(d.mean, jnp.float32), jnp.asarray(d.std, jnp.float32)
+        mean = jnp.asarray(d.mean, jnp.float32)
+        std = jnp.asarray(d.std, jnp.float32)
         return Data(
             d.train,
             d.test,

@@ -46,7 +46,8 @@ class Data(NamedTuple):
 
 
 class Job:
-    unit, eval_name = "examples", "test"  # what throughput counts; how evaluation results are named
+    unit = "examples"  # what the throughput counts
+    eval_name = "test"  # how evaluation results are named (test_accuracy)
     eval_batch = None  # about this many rows per evaluation batch; None: cfg.batch_size
 
     def optimizer_args(self, cfg) -> dict:
@@ -134,39 +135,40 @@ def run(job, cfg, progress: bool = True) -> dict:
 
 
 def _train(job, cfg, run_dir, progress) -> dict:
-    d, state, step, place = _setup(job, cfg, run_dir, cfg.resume, progress)
-    eval_step = loop.make_eval_step(d.prepare)
+    data, state, step, place = _setup(job, cfg, run_dir, cfg.resume, progress)
+    eval_step = loop.make_eval_step(data.prepare)
     # a multiple of the training batch, so it divides over the mesh and the processes as that does
     eval_rows = cfg.batch_size * max(1, (job.eval_batch or cfg.batch_size) // cfg.batch_size)
     # its share of each batch
     shard = dict(process_index=jax.process_index(), process_count=jax.process_count())
 
     def eval_fn(model):
-        if d.eval is None:
+        if data.eval is None:
             return {}
         with fdata.Loader(
-            d.eval,
+            data.eval,
             eval_rows,
             shuffle=False,
-            transform=d.eval_transform,
+            transform=data.eval_transform,
             workers=min(cfg.workers, 1),
             **shard,
         ) as batches:
             return loop.evaluate(model, batches, eval_step, eval_rows // jax.process_count(), place)
 
-    start, first_step = time.perf_counter(), state.step
+    start = time.perf_counter()
+    first_step = state.step
     with fdata.Loader(
-        d.train,
+        data.train,
         cfg.batch_size,
         shuffle=True,
         seed=cfg.seed,
         drop_last=True,
-        transform=d.augment,
+        transform=data.augment,
         workers=cfg.workers,
         state=state.loader_state,
         **shard,
     ) as loader:
-        fit = loop.FitConfig(
+        fit_config = loop.FitConfig(
             epochs=cfg.epochs,
             run_dir=run_dir,
             max_steps=cfg.max_steps,
@@ -178,8 +180,8 @@ def _train(job, cfg, run_dir, progress) -> dict:
             progress=progress,
             meta={"config": dataclasses.asdict(cfg)},
         )
-        count = lambda b: len(b[0]) * d.per_row  # noqa: E731
-        state = loop.fit(state, step, loader, fit, eval_fn, count, place)
+        count = lambda batch: len(batch[0]) * data.per_row  # noqa: E731
+        state = loop.fit(state, step, loader, fit_config, eval_fn, count, place)
     seconds = time.perf_counter() - start
     final = state.last_eval
     if final is None or cfg.max_steps is not None:
@@ -188,9 +190,9 @@ def _train(job, cfg, run_dir, progress) -> dict:
     scaled = optim.find_states(state.opt_state, optim.scaling.ScaledState)
     result = {f"{job.eval_name}_{k}": v for k, v in final.items()}  # test_accuracy, ...
     result.update(steps=state.step, skipped=state.skipped, seconds=seconds)
-    done = (state.step - first_step) * cfg.batch_size * d.per_row  # images or tokens
+    done = (state.step - first_step) * cfg.batch_size * data.per_row  # images or tokens
     result[f"{job.unit}_per_s"] = done / seconds
-    result.update(job.finish(cfg, run_dir, state, d))
+    result.update(job.finish(cfg, run_dir, state, data))
     if scaled:
         result["overflow_skipped"] = int(scaled[0].scale.skipped)
     atomic.write(run_dir / "result.json", json.dumps(result, indent=1))
@@ -199,15 +201,15 @@ def _train(job, cfg, run_dir, progress) -> dict:
 
 def _setup(job, cfg, run_dir, resume, progress):
     """(data, train state, jitted step, batch placement): restored and laid out on the mesh."""
-    d = job.data(cfg, run_dir, progress)
-    rows = len(d.train)
+    data = job.data(cfg, run_dir, progress)
+    rows = len(data.train)
     if rows < cfg.batch_size:
         raise UsageError(
             f"--batch-size {cfg.batch_size}: the training data has only {rows} examples"
             f"{f' (--limit {cfg.limit})' if cfg.limit else ''}; give more data or a smaller batch"
         )
     key = jax.random.key(cfg.seed)
-    model = job.model(cfg, d, jax.random.fold_in(key, 0))
+    model = job.model(cfg, data, jax.random.fold_in(key, 0))
     steps = rows // cfg.batch_size * cfg.epochs
     optimizer = make_optimizer(job, cfg, steps)
     state = loop.TrainState(model, optimizer.init(model), jax.random.fold_in(key, 1))
@@ -216,12 +218,16 @@ def _setup(job, cfg, run_dir, resume, progress):
         state = loop.restore(run_dir, state)
     hessian = resolve(cfg.optimizer).hessian  # Sophia's estimator, or None
     step = loop.make_train_step(
-        optimizer, prepare=d.prepare, shardings=shardings, hessian=hessian, precision=cfg.precision
+        optimizer,
+        prepare=data.prepare,
+        shardings=shardings,
+        hessian=hessian,
+        precision=cfg.precision,
     )
     if progress:
         print(
-            f"{cfg.model}: {model.param_count():,} parameters; {d.describe}; {steps} steps of "
+            f"{cfg.model}: {model.param_count():,} parameters; {data.describe}; {steps} steps of "
             f"{cfg.batch_size}; {cfg.optimizer}, peak lr {cfg.peak_lr:g}; run dir {run_dir}",
             flush=True,
         )
-    return d, state, step, place
+    return data, state, step, place

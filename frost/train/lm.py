@@ -48,10 +48,11 @@ def prepare_corpus(cfg: LMConfig, run_dir: pathlib.Path, progress: bool = True):
             text.save(tok, run_dir / "tokenizer.json")  # for `frost sample`
         manifest = corpus.prepare(files, tok, cfg.token_cache, **shared)
         paths = [corpus.shard_paths(manifest, "train"), corpus.shard_paths(manifest, "val")]
+    dtype = text.token_dtype(tok.vocab_size)
     windows = []
     for path in paths:
         try:
-            windows.append(data.TokenWindows(path, cfg.seq_len, text.token_dtype(tok.vocab_size)))
+            windows.append(data.TokenWindows(path, cfg.seq_len, dtype))
         except (ValueError, IndexError):  # too few tokens (IndexError: no shard at all)
             raise UsageError(
                 f"--data {cfg.data}: the {'validation' if windows else 'training'} part is "
@@ -66,11 +67,13 @@ def build_model(cfg: LMConfig, vocab_size: int, key):
 
 
 class LMJob(Job):
-    unit, eval_name = "tokens", "validation"
+    unit = "tokens"
+    eval_name = "validation"
 
     def data(self, cfg, run_dir, progress) -> Data:
         tok, train, val = prepare_corpus(cfg, run_dir, progress)
-        train_tokens, val_tokens = len(train) * cfg.seq_len, len(val) * cfg.seq_len
+        train_tokens = len(train) * cfg.seq_len
+        val_tokens = len(val) * cfg.seq_len
         tokens = f"{train_tokens:,} training tokens, {val_tokens:,} validation tokens"
         return Data(train, val, tokens, per_row=cfg.seq_len, extra={"tokenizer": tok})
 
@@ -85,7 +88,8 @@ class LMJob(Job):
 
     def finish(self, cfg, run_dir, state, d):
         """The run's text sample: up to 60 tokens, as many as --seq-len leaves after the prompt."""
-        tok, ask = d.extra["tokenizer"], SampleConfig(str(run_dir))
+        tok = d.extra["tokenizer"]
+        ask = SampleConfig(str(run_dir))
         tokens = min(60, cfg.seq_len - len(tok.encode(ask.prompt)))
         if tokens < 1:
             return {"sample": ""}
@@ -117,7 +121,8 @@ def sample(cfg: SampleConfig, model=None, tok=None) -> str:
     if model is None and cfg.hf:
         from frost import interop
 
-        model, tok = interop.load_hf_gpt2(cfg.hf), text.io.load_gpt2(cfg.hf)
+        model = interop.load_hf_gpt2(cfg.hf)
+        tok = text.io.load_gpt2(cfg.hf)
     elif model is None:
         model, tok = load_run(cfg.run_dir)
     ids = tok.encode(cfg.prompt)

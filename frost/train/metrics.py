@@ -35,7 +35,8 @@ def rewind(path, step: int) -> None:
     path = pathlib.Path(path)
     if not path.exists():
         return
-    records, text = read(path), path.read_text()
+    records = read(path)
+    text = path.read_text()
     kept = [r for r in records if r.get("step", 0) <= step]
     if len(kept) != len(records) or (text and not text.endswith("\n")):
         atomic.write(path, "".join(json.dumps(r) + "\n" for r in kept))
