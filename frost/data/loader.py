@@ -1,12 +1,14 @@
 """The loader: batches of a source, built in parallel, in an order that depends only on
 (seed, epoch, batch), and resumable from a few integers.
 
-    with Loader(source, batch_size=256, transform=augment, workers=2) as loader:
-        for epoch in range(10):
-            for images, labels in loader:       # each `for` runs to the end of the current epoch
-                ...
-            save_json(loader.state())           # {"epoch": 3, "batch": 0, "seed": 0, ...}
-    Loader(source, 256, transform=augment, workers=4, state=saved)   # continues where it stopped
+```python
+with Loader(source, batch_size=256, transform=augment, workers=2) as loader:
+    for epoch in range(10):
+        for images, labels in loader:       # each `for` runs to the end of the current epoch
+            ...
+        save_json(loader.state())           # {"epoch": 3, "batch": 0, "seed": 0, ...}
+Loader(source, 256, transform=augment, workers=4, state=saved)   # continues where it stopped
+```
 
 How it works
 - The sampler names the sample indices of global batch (epoch, k); this process keeps its rows.
@@ -40,8 +42,8 @@ import contextlib
 import itertools
 import traceback
 import weakref
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -50,12 +52,36 @@ from frost.data.sampler import Sampler
 from frost.data.transforms import sample_rng
 from frost.data.workers import Layout, Processes, Threads, WorkerError, fields_of
 
+if TYPE_CHECKING:  # for a type hint only: worker processes never import JAX
+    import jax
+
 # the Sampler's fields that define the stream: a state resumes only a loader that has the same
 STREAM = ("seed", "batch_size", "size", "shuffle", "drop_last")
 
 
-def load_sample(source, transform, seed, epoch, index) -> Any:
-    """Sample `index` of `source` as it appears in `epoch`: transformed with its own generator."""
+def load_sample(
+    source: Any,
+    transform: Callable[[Any, np.random.Generator], Any] | None,
+    seed: int,
+    epoch: int,
+    index: int,
+) -> Any:
+    """Sample `index` of `source` as it appears in `epoch`: transformed with its own generator.
+
+    The loader builds every sample with this function, so a test or a debugging session can see
+    exactly the sample a batch holds.
+
+    Arguments:
+        source: a data source (`len(source)`, `source[i]` -> a sample), such as `Arrays`.
+        transform: `t(sample, rng) -> sample` (for example a `Compose`), or None for none.
+        seed: the loader's seed.
+        epoch: the epoch the sample appears in (augmentation differs between epochs).
+        index: the sample's index in `source`.
+
+    Returns:
+        The sample (a tuple or dict of numpy arrays), transformed with the generator
+        `sample_rng(seed, epoch, index)`.
+    """
     sample = source[int(index)]
     return sample if transform is None else transform(sample, sample_rng(seed, epoch, int(index)))
 
@@ -100,25 +126,46 @@ def _serve(recv, send, slots, source, transform, seed):
 
 
 class Loader(contextlib.AbstractContextManager):
-    """Batches of `source` (see the module docstring).
+    """Batches of `source`, in an order and with augmentation fixed by (seed, epoch, batch).
 
-    batch_size      the global batch; each of `process_count` processes gets batch_size //
-    process_count rows transform       `t(sample, rng) -> sample`, rng seeded from (seed, epoch,
-    index) (transforms.Compose) workers         0: load in the calling thread; N: N workers of
-    `backend` ("process" or "thread") prefetch        batches in flight or ready ahead of the
-    consumer (default 2 per worker) timeout         seconds without an answer from any busy worker
-    before the loader gives up state           a `state()` dict to resume from
+    Iterating yields the batches from the current position to the end of its epoch, each a tuple
+    (or dict) of numpy arrays with a leading batch axis, such as (images (B, H, W, C) uint8,
+    labels (B,) int32). Use it in `with`, or call `close()`, to stop the workers. See the module
+    docstring for how it works.
+
+    Arguments:
+        source: a data source: `len(source)`, and `source[i]` -> a sample (a tuple or dict of
+            numpy arrays, or one array) of the same shapes and dtypes for every i.
+        batch_size: the global batch; each of `process_count` processes gets
+            batch_size // process_count rows of it.
+        shuffle: shuffle the samples each epoch (the order depends only on seed and epoch).
+        seed: the seed of the shuffle and of every sample's augmentation.
+        drop_last: leave out the last batch of an epoch when it is smaller than batch_size.
+        transform: `t(sample, rng) -> sample` (for example `Compose`), called with a generator
+            seeded from (seed, epoch, index); None for none.
+        workers: 0 loads in the calling thread; N uses N workers of `backend`.
+        backend: "process" (spawned processes, shared-memory batches) or "thread".
+        prefetch: batches in flight or ready ahead of the consumer; None means 2 per worker.
+        process_index: this process's index among `process_count` (multi-process training).
+        process_count: the processes that share each global batch.
+        state: a `state()` dict to resume from, or None to start at epoch 0, batch 0.
+        timeout: seconds without an answer from any busy worker before the loader raises a
+            WorkerError instead of waiting on.
+
+    Raises:
+        ValueError: a bad backend, workers, prefetch or timeout, or a `state` saved from
+            another stream (another source size, batch_size, seed, shuffle or drop_last).
     """
 
     def __init__(
         self,
-        source,
+        source: Any,
         batch_size: int,
         *,
         shuffle: bool = True,
         seed: int = 0,
         drop_last: bool = False,
-        transform=None,
+        transform: Callable[[Any, np.random.Generator], Any] | None = None,
         workers: int = 0,
         backend: str = "process",
         prefetch: int | None = None,
@@ -134,7 +181,9 @@ class Loader(contextlib.AbstractContextManager):
                 f"need workers >= 0, prefetch >= 1 and timeout > 0, got workers={workers}, "
                 f"prefetch={prefetch}, timeout={timeout}"
             )
-        self.source, self.transform, self.seed = source, transform, int(seed)
+        self.source = source
+        self.transform = transform
+        self.seed = int(seed)
         self.sampler = Sampler(
             len(source),
             batch_size,
@@ -148,8 +197,11 @@ class Loader(contextlib.AbstractContextManager):
         self.backend = backend
         self.prefetch = prefetch or 2 * max(workers, 1)
         self.timeout = timeout
-        self.epoch, self.batch = 0, 0  # the position of the next batch in the global stream
-        self._pool = self._layout = None
+        # the position of the next batch in the global stream
+        self.epoch = 0
+        self.batch = 0
+        self._pool = None
+        self._layout = None
         if state is not None:
             self._restore(state)
 
@@ -162,12 +214,23 @@ class Loader(contextlib.AbstractContextManager):
         epoch = self.epoch
         while self.epoch == epoch and len(self):
             batch = self._take()
-            # one batch on, counting through the epochs: (epoch, last) is followed by (epoch + 1, 0)
-            self.epoch, self.batch = divmod(epoch * len(self) + self.batch + 1, len(self))
+            self.epoch, self.batch = self._after(epoch, self.batch)
             yield batch
 
+    def _after(self, epoch: int, k: int) -> tuple[int, int]:
+        """The stream position after batch k of `epoch`: the next batch, or the next epoch's
+        first."""
+        if k + 1 < len(self):
+            return epoch, k + 1
+        return epoch + 1, 0
+
     def state(self) -> dict:
-        """The stream position (epoch, batch), and what defines the stream, as plain JSON."""
+        """The stream position and what defines the stream, as plain JSON.
+
+        Returns:
+            {"epoch", "batch" (the next batch's position), "seed", "batch_size", "size",
+            "shuffle", "drop_last"}: pass it as `Loader(..., state=...)` to resume here.
+        """
         stream = {k: getattr(self.sampler, k) for k in STREAM}
         return {"epoch": self.epoch, "batch": self.batch, **stream}
 
@@ -214,10 +277,14 @@ class Loader(contextlib.AbstractContextManager):
             while pos not in self._ready:
                 for w, (slot, index, trace) in self._pool.wait():
                     done, _ = self._busy.pop(slot)
-                    if trace is not None and not isinstance(trace, FrostError):  # a traceback
+                    if trace is None:  # the slot holds the batch
+                        self._ready[done] = slot
+                    elif isinstance(trace, FrostError):  # its message tells the story
+                        self._ready[done] = trace
+                    else:  # the worker's traceback
                         why = f"data worker {w} failed on sample index {index} (epoch {done[0]})"
-                        trace = WorkerError(f"{why}; its traceback:\n{trace}", index, trace)
-                    self._ready[done] = trace or slot
+                        error = WorkerError(f"{why}; its traceback:\n{trace}", index, trace)
+                        self._ready[done] = error
             slot = self._ready.pop(pos)
             if isinstance(slot, FrostError):  # raised in stream order, after the batches before it
                 raise slot
@@ -247,15 +314,26 @@ class Loader(contextlib.AbstractContextManager):
         epoch, k = self._next
         self._pool.submit(w, (slot, epoch, self.sampler.batch(epoch, k)))
         self._busy[slot] = self._next, w
-        self._next = divmod(epoch * len(self) + k + 1, len(self))  # one on, as in __iter__
+        self._next = self._after(epoch, k)
 
 
-def prefetch_to_device(batches, sharding=None, size: int = 2) -> Iterator:
+def prefetch_to_device(
+    batches: Iterable[Any], sharding: "jax.sharding.Sharding | None" = None, size: int = 2
+) -> Iterator[Any]:
     """Yield `batches` already on device: while the step on batch i runs, batches i+1..i+size move.
 
     `jax.device_put` is asynchronous, so keeping `size` transfers queued overlaps them with
     compute. With several processes, each process's rows become one global array
     (`frost.parallel.global_batch`); `sharding` is then required.
+
+    Arguments:
+        batches: host batches (trees of numpy arrays, such as a `Loader`'s).
+        sharding: where to put each batch (a `jax.sharding.Sharding`); None puts a one-process
+            batch on the default device. Required with several processes.
+        size: transfers kept in flight ahead of the consumer.
+
+    Yields:
+        Each batch as a tree of `jax.Array`s of the same shapes and dtypes, in order.
     """
     import jax
 

@@ -6,15 +6,32 @@ an augmented sample depends on nothing else: not on the worker that made it, nor
 samples before it. `Compose` chains image transforms and applies them to one field of the
 sample, giving the loader's sample-level transform `t(sample, rng) -> sample`:
 
-    augment = Compose(RandomCrop(32, padding=4), RandomFlip(), Normalize(MEAN, STD), field=0)
-    augment((image, label), sample_rng(seed, epoch, index)) -> (float32 (32, 32, 3), label)
+```python
+augment = Compose(RandomCrop(32, padding=4), RandomFlip(), Normalize(MEAN, STD), field=0)
+augment((image, label), sample_rng(seed, epoch, index))  # (float32 (32, 32, 3), label)
+```
 """
+
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
+# an image transform: t(image (H, W, C), rng) -> image
+ImageTransform = Callable[[np.ndarray, np.random.Generator], np.ndarray]
+
 
 def sample_rng(seed: int, epoch: int, index: int) -> np.random.Generator:
-    """The random generator of one sample (stream 1; the sampler's shuffle uses stream 0)."""
+    """The random generator of one sample (stream 1; the sampler's shuffle uses stream 0).
+
+    Arguments:
+        seed: the loader's seed.
+        epoch: the epoch the sample appears in.
+        index: the sample's index in its source.
+
+    Returns:
+        A `numpy.random.Generator` seeded by (seed, 1, epoch, index): the same for the same
+        sample in any worker, different for every sample and epoch.
+    """
     return np.random.default_rng([seed, 1, epoch, index])
 
 
@@ -23,12 +40,21 @@ def _pair(size):
 
 
 class RandomCrop:
-    """Zero-pad by `padding` on every side, then cut a random (h, w) window (the CIFAR recipe)."""
+    """Zero-pad by `padding` on every side, then cut a random (h, w) window (the CIFAR recipe).
 
-    def __init__(self, size, padding: int = 0):
-        self.size, self.padding = _pair(size), int(padding)
+    `crop(image, rng)` takes an (H, W, C) image and returns an (h, w, C) image of its dtype; a
+    crop smaller than the padded image raises ValueError.
 
-    def __call__(self, image, rng):
+    Arguments:
+        size: the window: an int (square) or (h, w).
+        padding: zero pixels added on every side before cropping.
+    """
+
+    def __init__(self, size: int | Sequence[int], padding: int = 0):
+        self.size = _pair(size)
+        self.padding = int(padding)
+
+    def __call__(self, image: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         p, (h, w), (H, W) = self.padding, self.size, image.shape[:2]
         if H + 2 * p < h or W + 2 * p < w:
             raise ValueError(
@@ -47,23 +73,35 @@ class RandomCrop:
 
 
 class RandomFlip:
-    """Mirror left-right with probability p."""
+    """Mirror an (H, W, C) image left-right with probability p.
+
+    Arguments:
+        p: the probability of a flip.
+    """
 
     def __init__(self, p: float = 0.5):
         self.p = p
 
-    def __call__(self, image, rng):
+    def __call__(self, image: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         return image[:, ::-1] if rng.random() < self.p else image
 
 
 class Normalize:
-    """float32 `(image / 255 - mean) / std` per channel (the / 255 only for integer images)."""
+    """float32 `(image / 255 - mean) / std` per channel (the / 255 only for integer images).
 
-    def __init__(self, mean, std):
-        self.mean, self.std = np.asarray(mean, np.float32), np.asarray(std, np.float32)
+    `normalize(image, rng=None)` takes an (H, W, C) image and returns (H, W, C) float32.
+
+    Arguments:
+        mean: the per-channel mean, on [0, 1] pixels: a float or C floats.
+        std: the per-channel standard deviation, on [0, 1] pixels: a float or C floats.
+    """
+
+    def __init__(self, mean: float | Sequence[float], std: float | Sequence[float]):
+        self.mean = np.asarray(mean, np.float32)
+        self.std = np.asarray(std, np.float32)
         self._rows = {}  # (scale, width, channels) -> per-channel constants tiled along one row
 
-    def __call__(self, image, rng=None):
+    def __call__(self, image: np.ndarray, rng: np.random.Generator | None = None) -> np.ndarray:
         h, w, c = image.shape
         scale = 1 / 255 if np.issubdtype(image.dtype, np.integer) else 1.0
         key = (scale, w, c)
@@ -79,12 +117,16 @@ class Normalize:
 
 
 class Resize:
-    """Bilinear resize to (h, w) with Pillow; uint8 in, uint8 out."""
+    """Bilinear resize to (h, w) with Pillow; uint8 (H, W, C) in, uint8 (h, w, C) out.
 
-    def __init__(self, size):
+    Arguments:
+        size: the new size: an int (square) or (h, w).
+    """
+
+    def __init__(self, size: int | Sequence[int]):
         self.size = _pair(size)
 
-    def __call__(self, image, rng=None):
+    def __call__(self, image: np.ndarray, rng: np.random.Generator | None = None) -> np.ndarray:
         from PIL import Image
 
         h, w = self.size
@@ -97,12 +139,21 @@ class Resize:
 
 
 class Compose:
-    """Chain image transforms over `sample[field]` (a tuple position or a dict key)."""
+    """Chain image transforms over `sample[field]` (a tuple position or a dict key).
 
-    def __init__(self, *transforms, field=0):
-        self.transforms, self.field = transforms, field
+    `augment(sample, rng)` returns the sample with that field replaced by the chain's result,
+    every transform drawing from the same generator in turn; the other fields are kept.
 
-    def __call__(self, sample, rng):
+    Arguments:
+        *transforms: image transforms `t(image, rng) -> image`, applied in order.
+        field: the sample's image: a position in a tuple sample, or a key of a dict sample.
+    """
+
+    def __init__(self, *transforms: ImageTransform, field: int | str = 0):
+        self.transforms = transforms
+        self.field = field
+
+    def __call__(self, sample: tuple | dict, rng: np.random.Generator) -> tuple | dict:
         x = sample[self.field]
         for t in self.transforms:
             x = t(x, rng)
