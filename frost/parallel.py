@@ -1,9 +1,11 @@
 """Scaling: meshes, sharding strategies, global batches, and multi-process start-up.
 
-    mesh = make_mesh(data=8)                         # or make_mesh(data=4, model=2)
-    shardings = fsdp(state.tree(), mesh)             # or replicated(...), tensor_parallel(...)
-    step = make_train_step(opt, loss, shardings=(shardings["model"], shardings["opt_state"],
-    batch_sharding(mesh)))
+```python
+mesh = make_mesh(data=8)  # or make_mesh(data=4, model=2)
+shardings = fsdp(state.tree(), mesh)  # or replicated(...), tensor_parallel(...)
+layout = (shardings["model"], shardings["opt_state"], batch_sharding(mesh))
+step = make_train_step(opt, loss, shardings=layout)
+```
 
 Computation follows the data: the training step is the same function on one device or many;
 only the shardings given to `jax.jit` change, and XLA inserts the collectives (all-reduce of
@@ -16,6 +18,8 @@ multi-process runtime; each process feeds its share of the global batch
 import json
 import os
 import sys
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import jax
 import numpy as np
@@ -23,6 +27,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from frost.config import FrostError, UsageError
+from frost.tree import PyTree
 
 # seconds without a heartbeat before the runtime ends every process (in C++) because one is gone:
 # the backstop for a hung process. One that died is noticed sooner, at the next collective (its
@@ -31,20 +36,36 @@ HEARTBEAT_S = 20
 MESSAGE_BYTES = 8192  # the most `on_first` broadcasts
 
 
-def jit(fn, **kwargs):
+def jit(fn: Callable, **kwargs: Any) -> Callable:
     """`jax.jit`, at XLA's optimisation level 1 on CPU, the level of every Frost loop program
     (Anakin's, the audit's): they compile about a third faster than at level 2 and run as fast
     (2 CPU cores, one PPO iteration: 8.8 -> 6.0 s compiling, 25 ms a run either way; level 0 runs
-    3x slower)."""
+    3x slower).
+
+    Arguments:
+        fn: the function to compile.
+        **kwargs: `jax.jit`'s other arguments (donate_argnums, in_shardings, ...).
+
+    Returns:
+        The jitted `fn`; on other backends, plain `jax.jit(fn, **kwargs)`.
+    """
     options = {"xla_backend_optimization_level": 1} if jax.default_backend() == "cpu" else None
     return jax.jit(fn, compiler_options=options, **kwargs)
 
 
-def scan_chunks(body, length: int):
-    """The one chunked-scan driver (Anakin's iterations, the audit's training steps): a jitted
-    `(carry, xs, *args) -> (carry, ys)` that runs `length` steps of `body(carry, x, *args) ->
-    (carry, y)` in one `lax.scan` (xs: (length, ...) or None), the carry donated. Called once per
-    chunk, it lets the host show progress between calls while the device never waits within one.
+def scan_chunks(body: Callable, length: int) -> Callable:
+    """The one chunked-scan driver (Anakin's iterations, the audit's training steps). Called once
+    per chunk, it lets the host show progress between calls while the device never waits within
+    one.
+
+    Arguments:
+        body: `body(carry, x, *args) -> (carry, y)`, one step.
+        length: the steps in a chunk.
+
+    Returns:
+        A jitted `(carry, xs, *args) -> (carry, ys)` that runs `length` steps of `body` in one
+        `lax.scan`, the carry donated; xs is a tree of (length, ...) arrays, or None, and ys
+        stacks each step's y along a new leading (length,) axis.
     """
 
     def chunk(carry, xs, *args):
@@ -53,9 +74,20 @@ def scan_chunks(body, length: int):
     return jit(chunk, donate_argnums=0)
 
 
-def make_mesh(data: int | None = None, model: int = 1, devices=None) -> Mesh:
-    """A ("data", "model") mesh over `devices` (all of them by default); data defaults to the
-    rest."""
+def make_mesh(
+    data: int | None = None, model: int = 1, devices: Sequence[jax.Device] | None = None
+) -> Mesh:
+    """A ("data", "model") mesh over `devices`.
+
+    Arguments:
+        data: the size of the data axis; None: the devices that `model` leaves.
+        model: the size of the model axis.
+        devices: the devices to lay out (`jax.devices()` by default); their number must be
+            `data * model`.
+
+    Returns:
+        The (data, model) `Mesh` with axes named "data" and "model".
+    """
     devices = list(jax.devices() if devices is None else devices)
     data = len(devices) // model if data is None else data
     if data * model != len(devices) or data < 1 or model < 1:
@@ -66,8 +98,16 @@ def make_mesh(data: int | None = None, model: int = 1, devices=None) -> Mesh:
     return Mesh(np.asarray(devices).reshape(data, model), ("data", "model"))
 
 
-def replicated(tree, mesh: Mesh):
-    """Every array whole on every device (data parallelism)."""
+def replicated(tree: PyTree, mesh: Mesh) -> PyTree:
+    """Every array whole on every device (data parallelism).
+
+    Arguments:
+        tree: a tree of arrays (or ShapeDtypeStructs), e.g. `{"model": ..., "opt_state": ...}`.
+        mesh: the device mesh.
+
+    Returns:
+        The tree of `NamedSharding`s, one per leaf, each replicated (`PartitionSpec()`).
+    """
     return jax.tree.map(lambda _: NamedSharding(mesh, P()), tree)
 
 
@@ -79,19 +119,40 @@ def _fsdp_spec(shape, size: int, axis: str) -> P:
     return P()
 
 
-def fsdp(tree, mesh: Mesh, axis: str = "data"):
+def fsdp(tree: PyTree, mesh: Mesh, axis: str = "data") -> PyTree:
     """Fully sharded data parallel (Zhao et al. 2023, PyTorch FSDP; ZeRO-3): every parameter and
-    optimizer-state array split along its largest divisible axis over `axis`."""
+    optimizer-state array split along its largest divisible axis over `axis`.
+
+    Arguments:
+        tree: a tree of arrays (or ShapeDtypeStructs), e.g. `{"model": ..., "opt_state": ...}`.
+        mesh: the device mesh.
+        axis: the mesh axis the arrays are split over.
+
+    Returns:
+        The tree of `NamedSharding`s, one per leaf: split along the leaf's largest axis that the
+        size of `axis` divides, replicated when none does (scalars, odd sizes).
+    """
     size = mesh.shape[axis]
     return jax.tree.map(lambda x: NamedSharding(mesh, _fsdp_spec(np.shape(x), size, axis)), tree)
 
 
-def tensor_parallel(tree, mesh: Mesh, axis: str = "model"):
-    """Megatron-style (Shoeybi et al. 2019) sharding of a GPT's blocks over `axis`: the qkv and
-    fc weights (in, out) split by columns, proj and out weights split by rows, column-split
-    biases split alike; everything else replicated. Optimizer states mirror their parameters,
-    since their tree paths end the same way."""
-    column, row = ("qkv", "fc"), ("proj", "out")
+def tensor_parallel(tree: PyTree, mesh: Mesh, axis: str = "model") -> PyTree:
+    """Megatron-style (Shoeybi et al. 2019, Megatron-LM) sharding of a GPT's blocks over `axis`:
+    the qkv and fc weights (in, out) split by columns, proj and out weights split by rows,
+    column-split biases split alike; everything else replicated. Optimizer states mirror their
+    parameters, since their tree paths end the same way.
+
+    Arguments:
+        tree: a tree holding a `frost.models.gpt.GPT` (its `blocks`), e.g. `{"model": ...,
+            "opt_state": ...}`.
+        mesh: the device mesh.
+        axis: the mesh axis the weights are split over.
+
+    Returns:
+        The tree of `NamedSharding`s, one per leaf.
+    """
+    column = ("qkv", "fc")  # (in, out) weights split by columns, and their biases
+    row = ("proj", "out")  # (in, out) weights split by rows
 
     def spec(path, x):
         names = [getattr(k, "name", getattr(k, "key", None)) for k in path]
@@ -106,11 +167,26 @@ def tensor_parallel(tree, mesh: Mesh, axis: str = "model"):
 
 
 def batch_sharding(mesh: Mesh, axis: str = "data") -> NamedSharding:
-    """Leading (batch) axis split over `axis`, the rest replicated."""
+    """The batch's sharding: its leading (batch) axis split over `axis`, the rest replicated.
+
+    Arguments:
+        mesh: the device mesh.
+        axis: the mesh axis the batch is split over.
+
+    Returns:
+        `NamedSharding(mesh, PartitionSpec(axis))`.
+    """
     return NamedSharding(mesh, P(axis))
 
 
 def check_batch(mesh: Mesh, batch_size: int, axis: str = "data") -> None:
+    """Refuse a batch that does not divide over the mesh, with a UsageError naming both sizes.
+
+    Arguments:
+        mesh: the device mesh.
+        batch_size: the global batch size.
+        axis: the mesh axis the batch is split over.
+    """
     if batch_size % mesh.shape[axis]:
         raise UsageError(
             f"--batch-size {batch_size} is not divisible by mesh axis '{axis}' of size "
@@ -118,9 +194,17 @@ def check_batch(mesh: Mesh, batch_size: int, axis: str = "data") -> None:
         )
 
 
-def put(tree, shardings):
+def put(tree: PyTree, shardings: PyTree) -> PyTree:
     """Place host-identical arrays (same values in every process) with `shardings`; each process
-    builds only its own shards, so this works across processes where `jax.device_put` may not."""
+    builds only its own shards, so this works across processes where `jax.device_put` may not.
+
+    Arguments:
+        tree: a tree of arrays, the same values in every process.
+        shardings: a tree of the same structure holding a `jax.sharding.Sharding` per leaf.
+
+    Returns:
+        The tree of global `jax.Array`s, each laid out by its sharding.
+    """
 
     def place(x, sharding):
         host = np.asarray(x)
@@ -129,8 +213,16 @@ def put(tree, shardings):
     return jax.tree.map(place, tree, shardings)
 
 
-def global_batch(local_batch, sharding: NamedSharding):
-    """This process's rows of the global batch (a tree of numpy arrays) -> global jax.Arrays."""
+def global_batch(local_batch: PyTree, sharding: NamedSharding) -> PyTree:
+    """This process's rows of the global batch -> global jax.Arrays.
+
+    Arguments:
+        local_batch: a tree of numpy arrays, (B / processes, ...) each: this process's share.
+        sharding: the batch's sharding (`batch_sharding`).
+
+    Returns:
+        The tree of (B, ...) global `jax.Array`s, each process holding its own rows.
+    """
     return jax.tree.map(
         lambda x: jax.make_array_from_process_local_data(sharding, np.asarray(x)), local_batch
     )
@@ -139,8 +231,15 @@ def global_batch(local_batch, sharding: NamedSharding):
 STRATEGIES = {"dp": replicated, "fsdp": fsdp, "tp": tensor_parallel}
 
 
-def parse_mesh(spec: str) -> dict:
-    """ "data=4,model=2" -> {"data": 4, "model": 2}."""
+def parse_mesh(spec: str) -> dict[str, int]:
+    """The axis sizes of a --mesh value: "data=4,model=2" -> {"data": 4, "model": 2}.
+
+    Arguments:
+        spec: comma-separated AXIS=SIZE pairs; the axes are data and model.
+
+    Returns:
+        {axis: size}, `make_mesh`'s keyword arguments.
+    """
     try:
         pairs = (part.split("=") for part in spec.split(",") if part.strip())
         sizes = {k.strip(): int(v) for k, v in pairs}
@@ -153,10 +252,22 @@ def parse_mesh(spec: str) -> dict:
     return sizes
 
 
-def distribute(tree, mesh_spec: str, strategy: str, batch_size: int):
-    """Lay `tree` (e.g. {"model": ..., "opt_state": ...}) out on a mesh: returns
-    (placed tree, its shardings, the batch sharding). `strategy` is a key of STRATEGIES, checked
-    where the user gives it (`--strategy`'s choices in frost.train.configs)."""
+def distribute(
+    tree: PyTree, mesh_spec: str, strategy: str, batch_size: int
+) -> tuple[PyTree, PyTree, NamedSharding]:
+    """Lay `tree` out on a mesh.
+
+    Arguments:
+        tree: the arrays to place, e.g. {"model": ..., "opt_state": ...}, the same in every
+            process.
+        mesh_spec: the mesh's axis sizes, "data=8" or "data=4,model=2" (`parse_mesh`).
+        strategy: a key of STRATEGIES ("dp", "fsdp", "tp"), checked where the user gives it
+            (`--strategy`'s choices in frost.train.configs).
+        batch_size: the global batch size, checked to divide over the data axis.
+
+    Returns:
+        `(placed tree, its shardings, the batch sharding)`.
+    """
     mesh = make_mesh(**parse_mesh(mesh_spec))
     check_batch(mesh, batch_size)
     shardings = STRATEGIES[strategy](tree, mesh)
@@ -165,9 +276,14 @@ def distribute(tree, mesh_spec: str, strategy: str, batch_size: int):
 
 def initialize(
     coordinator: str | None = None, num_processes: int | None = None, process_id: int | None = None
-):
-    """Start JAX's multi-process runtime (no-op for a single process). Arguments default to the
-    environment: FROST_COORDINATOR, FROST_NUM_PROCESSES, FROST_PROCESS_ID."""
+) -> None:
+    """Start JAX's multi-process runtime (no-op for a single process).
+
+    Arguments:
+        coordinator: process 0's HOST:PORT; default the FROST_COORDINATOR variable.
+        num_processes: the processes of the run; default FROST_NUM_PROCESSES, else 1.
+        process_id: this process's index, from 0; default FROST_PROCESS_ID, else 0.
+    """
     coordinator = coordinator or os.environ.get("FROST_COORDINATOR")
     num_processes = num_processes or int(os.environ.get("FROST_NUM_PROCESSES", "1"))
     process_id = int(os.environ.get("FROST_PROCESS_ID", "0")) if process_id is None else process_id
@@ -188,7 +304,15 @@ def initialize(
 def failure(error: BaseException) -> str | None:
     """The one line for an unexpected error in a multi-process run, most often a collective that
     failed because another process died or gave up (raised as a runtime or value error from the
-    collective's dispatch); None in a single process, where a traceback shows a bug."""
+    collective's dispatch).
+
+    Arguments:
+        error: the exception the command met.
+
+    Returns:
+        The line (this process, the error's first line, how to continue the run); None in a
+        single process, where a traceback shows a bug.
+    """
     if not jax.distributed.is_initialized():
         return None
     first = (str(error).strip().splitlines() or [""])[0]
@@ -203,17 +327,28 @@ def failure(error: BaseException) -> str | None:
 def exit_now(code: int) -> None:
     """In a multi-process run, end this process now (`os._exit`), skipping the runtime's shutdown
     barrier, which would wait for peers that are gone or stuck in a collective with this one; its
-    closed connections stop them at once too. A no-op in a single process."""
+    closed connections stop them at once too. A no-op in a single process.
+
+    Arguments:
+        code: the exit status.
+    """
     if jax.distributed.is_initialized():
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
 
 
-def on_first(fn):
-    """`fn()` run by process 0 alone, its result (a JSON value) given to every process; a
-    FrostError it raises (a refused run directory) is raised in every process with the same
-    message, so no process waits on one that gave up. One process: just `fn()`."""
+def on_first(fn: Callable[[], Any]) -> Any:
+    """`fn()` run by process 0 alone, its result given to every process; a FrostError it raises
+    (a refused run directory) is raised in every process with the same message, so no process
+    waits on one that gave up. One process: just `fn()`.
+
+    Arguments:
+        fn: a function of no arguments returning a JSON value of at most MESSAGE_BYTES encoded.
+
+    Returns:
+        `fn()`'s value, in every process (as JSON gives it back: tuples become lists).
+    """
     if jax.process_count() == 1:
         return fn()
     from jax.experimental import multihost_utils
