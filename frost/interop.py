@@ -1,12 +1,13 @@
 """Weights in and out: Hugging Face GPT-2 checkpoints and torchvision ResNets, from files a user
 has.
 
-    model = load_hf_gpt2("gpt2/")          # config.json + model.safetensors -> frost.models.gpt.GPT
-    save_hf_gpt2(model, "out/")            # transformers.GPT2LMHeadModel.from_pretrained("out/")
-    loads it tok = frost.text.io.load_gpt2("gpt2/")  # vocab.json + merges.txt -> Frost's BPE,
-    speaking HF's ids net = load_torch_resnet("resnet50.safetensors", "resnet50")   # torchvision
-    names -> frost ResNet state = torch_state_dict(net)          # the reverse: {torchvision name:
-    numpy array}
+```python
+model = load_hf_gpt2("gpt2/")  # config.json + model.safetensors -> frost.models.gpt.GPT
+save_hf_gpt2(model, "out/")  # transformers.GPT2LMHeadModel.from_pretrained("out/") loads it
+tok = frost.text.io.load_gpt2("gpt2/")  # vocab.json + merges.txt -> Frost's BPE, HF's ids
+net = load_torch_resnet("resnet50.safetensors", "resnet50")  # torchvision names -> Frost ResNet
+state = torch_state_dict(net)  # the reverse: {torchvision name: numpy array}
+```
 
 Nothing downloads. Each Frost leaf has a PyTree path (`blocks.0.qkv.weight`); a renaming rule
 maps it to the peer's name (`transformer.h.0.attn.c_attn.weight`) and says whether the layout
@@ -19,10 +20,13 @@ unexpected key and differing shape in one `WeightsError` (a `frost.config.UsageE
 
 import json
 import pathlib
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import DTypeLike
 from safetensors.flax import load_file, save
 
 from frost import atomic
@@ -42,7 +46,8 @@ GPT2_LAYERS = {
 GPT2_GELU = {"gelu_new": True, "gelu_pytorch_tanh": True, "gelu": False}
 # Frost layout -> torch's, by rank: (in, out) -> (out, in); (kh, kw, in, out) -> (out, in, kh, kw);
 # and back
-TORCH_AXES, FROST_AXES = {2: (1, 0), 4: (3, 2, 0, 1)}, {2: (1, 0), 4: (2, 3, 1, 0)}
+TORCH_AXES = {2: (1, 0), 4: (3, 2, 0, 1)}
+FROST_AXES = {2: (1, 0), 4: (2, 3, 1, 0)}
 RESNETS = {"resnet18": resnet.resnet18, "resnet34": resnet.resnet34, "resnet50": resnet.resnet50}
 
 
@@ -62,10 +67,19 @@ def _brief(keys, limit=8) -> str:
     return ", ".join(keys[:limit]) + more or "none"
 
 
-def read_weights(source) -> dict:
+def read_weights(source: str | pathlib.Path | dict) -> dict[str, np.ndarray]:
     """A state dict from a safetensors file, a .pth/.bin file (read with
     torch.load(weights_only=True), when torch is installed), or a dict of arrays or torch
-    tensors."""
+    tensors.
+
+    Arguments:
+        source: a file path (.safetensors, or .pth/.pt/.bin with torch), or a dict {name: numpy
+            array or torch tensor}.
+
+    Returns:
+        {name: numpy array}: floating torch tensors as float32 (bfloat16 too); safetensors'
+        bfloat16 kept as bfloat16.
+    """
     if isinstance(source, dict):  # torch tensors (bf16 too) or arrays
         return {
             k: v.detach().cpu().float().numpy()
@@ -100,10 +114,20 @@ def read_weights(source) -> dict:
         raise UsageError(f"{path}: not a readable safetensors file ({e})") from None
 
 
-def read_json(path, checks: dict) -> dict:
-    """The JSON object in the file `path`, each field named in `checks` ({name: check}, the checks
-    of frost.config) allowed by its check; a UsageError naming the file and the field otherwise.
-    The one validation of the JSON files a checkpoint folder brings."""
+def read_json(path: str | pathlib.Path, checks: dict[str, Callable[[Any], str | None]]) -> dict:
+    """The JSON object in the file `path`, each field named in `checks` allowed by its check; a
+    UsageError naming the file and the field otherwise. The one validation of the JSON files a
+    checkpoint folder brings.
+
+    Arguments:
+        path: the JSON file.
+        checks: {field: check}, the checks of frost.config (`whole(1)`, `positive`, ...): a
+            check returns None for a good value, else what is wrong with it. A field the file
+            lacks is not checked.
+
+    Returns:
+        The file's object, as `json.loads` gives it.
+    """
     try:
         value = json.loads(pathlib.Path(path).read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
@@ -177,7 +201,8 @@ def _gpt2_options(config: dict, source) -> dict:
         raise UsageError(
             f"{source}: model_type {config.get('model_type')!r}, but only 'gpt2' checkpoints load"
         )
-    dim, act = config.get("n_embd", 768), config.get("activation_function", "gelu_new")
+    dim = config.get("n_embd", 768)
+    act = config.get("activation_function", "gelu_new")
     unsupported = [
         f"{k}={config.get(k)!r}"
         for k, ok in [
@@ -219,9 +244,22 @@ def _file_map(weight_map) -> str | None:
 INDEX = {"weight_map": _file_map}
 
 
-def load_hf_gpt2(path, dtype=jnp.float32) -> gpt.GPT:
-    """A transformers GPT-2 checkpoint folder (config.json, model.safetensors or a sharded
-    model.safetensors.index.json, or pytorch_model.bin with torch) -> a Frost GPT, same logits."""
+def load_hf_gpt2(path: str | pathlib.Path, dtype: DTypeLike = jnp.float32) -> gpt.GPT:
+    """A transformers GPT-2 checkpoint folder -> a Frost GPT with the same logits.
+
+    Arguments:
+        path: the folder: config.json, and model.safetensors, a sharded checkpoint
+            (model.safetensors.index.json and its files), or pytorch_model.bin (with torch).
+        dtype: the dtype of the model's arrays.
+
+    Returns:
+        The `frost.models.gpt.GPT` (learned positions, GPT-2's GELU), tied or not as the config
+        says.
+
+    Raises:
+        WeightsError: the weights do not fit the configuration (every missing, unexpected and
+            differently shaped key named), or hold NaN or inf.
+    """
     path = pathlib.Path(path)
     config = read_json(path / "config.json", GPT2_CONFIG)
     options = _gpt2_options(config, path / "config.json")
@@ -243,14 +281,24 @@ def load_hf_gpt2(path, dtype=jnp.float32) -> gpt.GPT:
     return _fill(template, weights, _gpt2_name, path, ignore)
 
 
-def save_hf_gpt2(model: gpt.GPT, path) -> pathlib.Path:
-    """Write `model` as a transformers GPT-2 checkpoint folder (config.json + model.safetensors)."""
+def save_hf_gpt2(model: gpt.GPT, path: str | pathlib.Path) -> pathlib.Path:
+    """Write `model` as a transformers GPT-2 checkpoint folder (config.json + model.safetensors),
+    which `transformers.GPT2LMHeadModel.from_pretrained(path)` loads.
+
+    Arguments:
+        model: a GPT with learned positions (`GPT(rotary=False)`).
+        path: the folder, made if missing.
+
+    Returns:
+        `path`, as a `pathlib.Path`.
+    """
     if model.pos is None:
         raise UsageError(
             "save_hf_gpt2: this GPT uses rotary positions, which GPT-2 does not have; "
             "only a GPT(rotary=False) (learned positions) can be written as GPT-2"
         )
-    block, (vocab, dim) = model.blocks[0], model.embed.weight.shape
+    block = model.blocks[0]
+    vocab, dim = model.embed.weight.shape
     config = {
         "architectures": ["GPT2LMHeadModel"],
         "model_type": "gpt2",
@@ -284,10 +332,16 @@ def save_hf_gpt2(model: gpt.GPT, path) -> pathlib.Path:
 def _resnet_rename(model):
     """The renaming rule of `model`'s leaves. Each block's torchvision prefix ('layer2.0') comes
     from its position: a stage starts with the first block or a projection."""
-    stages, stage, j = [], 0, 0
+    stages = []  # each block's prefix: "layer{stage}.{index in the stage}"
+    stage = 0
+    index = 0
     for i, block in enumerate(model.blocks):
-        stage, j = (stage + 1, 0) if i == 0 or block.shortcut is not None else (stage, j + 1)
-        stages.append(f"layer{stage}.{j}")
+        if i == 0 or block.shortcut is not None:  # the first block of a stage
+            stage += 1
+            index = 0
+        else:
+            index += 1
+        stages.append(f"layer{stage}.{index}")
 
     def rename(path: str, ndim: int) -> tuple[str, bool]:
         """(torchvision name, transposed?): conv and fc weights (ndim >= 2) are transposed."""
@@ -303,13 +357,27 @@ def _resnet_rename(model):
     return rename
 
 
-def load_torch_resnet(state_dict, name: str) -> resnet.ResNet:
-    """A torchvision-named ResNet-18/34/50 state dict (a safetensors or .pth file, or a dict of
-    arrays) -> the Frost ResNet with the same eval-mode outputs (BatchNorm statistics included)."""
+def load_torch_resnet(state_dict: str | pathlib.Path | dict, name: str) -> resnet.ResNet:
+    """A torchvision-named ResNet-18/34/50 state dict -> the Frost ResNet with the same eval-mode
+    outputs (BatchNorm statistics included). The number of classes and of input channels are
+    read from the weights' `fc` and `conv1` shapes.
+
+    Arguments:
+        state_dict: a safetensors or .pth file, or a dict {torchvision name: array or tensor}.
+        name: "resnet18", "resnet34" or "resnet50".
+
+    Returns:
+        The `frost.models.resnet.ResNet`, its arrays float32.
+
+    Raises:
+        WeightsError: the weights do not fit the model (every missing, unexpected and
+            differently shaped key named), or hold NaN or inf.
+    """
     if name not in RESNETS:
         raise UsageError(f"load_torch_resnet: name {name!r}: choose one of {', '.join(RESNETS)}")
     weights = read_weights(state_dict)
-    fc, conv1 = weights.get("fc.weight"), weights.get("conv1.weight")
+    fc = weights.get("fc.weight")  # (classes, features)
+    conv1 = weights.get("conv1.weight")  # (out, channels, 7, 7)
     classes = fc.shape[0] if fc is not None and fc.ndim == 2 else 1000
     channels = conv1.shape[1] if conv1 is not None and conv1.ndim == 4 else 3
     template = jax.eval_shape(lambda k: RESNETS[name](classes, channels, key=k), jax.random.key(0))
@@ -320,9 +388,17 @@ def load_torch_resnet(state_dict, name: str) -> resnet.ResNet:
     return _fill(template, weights, rename, source, ignore=("num_batches_tracked",))
 
 
-def torch_state_dict(model: resnet.ResNet) -> dict:
-    """{torchvision name: numpy array} of an ImageNet-family Frost ResNet, for
-    `torch_model.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})`."""
+def torch_state_dict(model: resnet.ResNet) -> dict[str, np.ndarray]:
+    """The torchvision state dict of an ImageNet-family Frost ResNet, for
+    `torch_model.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})`.
+
+    Arguments:
+        model: a resnet18, resnet34 or resnet50 (7x7 stem and max-pool; not the CIFAR ResNets).
+
+    Returns:
+        {torchvision name: numpy array}, in torch's layouts ((out, in) and (out, in, kh, kw)),
+        with each BatchNorm's `num_batches_tracked` (0).
+    """
     if len(model.stem) != 4:
         raise UsageError(
             "torch_state_dict: only the ImageNet ResNets (resnet18/34/50, 7x7 stem and max-pool) "
