@@ -1,8 +1,10 @@
 """Checkpoints: a PyTree of arrays in safetensors, plus a JSON manifest. No pickle, no gather.
 
-    path = save(run_dir / "checkpoints", step, {"model": model, "opt_state": opt_state}, meta={...})
-    tree, meta = load(latest(run_dir / "checkpoints"), template={"model": model, "opt_state":
-    opt_state})
+```python
+path = save(run_dir / "checkpoints", step, {"model": model, "opt_state": opt_state}, meta={...})
+template = {"model": model, "opt_state": opt_state}  # arrays or ShapeDtypeStructs
+tree, meta = load(latest(run_dir / "checkpoints"), template)
+```
 
 Layout: `<dir>/step_00001200/{manifest.json, arrays.safetensors}`, or with several processes one
 `arrays.<process>.safetensors` per process. Entries are named by their PyTree path
@@ -36,7 +38,6 @@ import json
 import pathlib
 import shutil
 import zlib
-from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -46,7 +47,7 @@ from safetensors.numpy import save as safetensors_bytes
 
 from frost import atomic
 from frost.config import FrostError
-from frost.tree import names
+from frost.tree import PyTree, names
 
 FORMAT = "frost-checkpoint/2"
 
@@ -158,11 +159,29 @@ def _gather_digests(tmp: pathlib.Path, digests: dict, count: int) -> dict:
     return out
 
 
-def save(directory, step: int, tree, meta: dict | None = None, keep: int = 3) -> pathlib.Path:
+def save(
+    directory: str | pathlib.Path,
+    step: int,
+    tree: PyTree,
+    meta: dict | None = None,
+    keep: int = 3,
+) -> pathlib.Path:
     """Write `tree` atomically as checkpoint `step`, each process its own shards; keep the newest
     `keep` checkpoints. Every process calls it (with the same tree structure and `step`). A tree
     without global arrays (host values, or arrays local to each process, e.g. gathered state) is
-    written by process 0 alone; the other processes return at once."""
+    written by process 0 alone; the other processes return at once.
+
+    Arguments:
+        directory: the folder of checkpoints (made if missing), e.g. `run_dir / "checkpoints"`.
+        step: the checkpoint's number, its folder's name (`step_00001200`).
+        tree: the arrays to save, in any PyTree: jax or numpy arrays (bfloat16 and PRNG keys
+            included), sharded or not.
+        meta: JSON values kept in the manifest, given back by `load`.
+        keep: how many checkpoints to keep, the newest; 0 keeps every one.
+
+    Returns:
+        The checkpoint's folder, `directory/step_<step, 8 digits>`.
+    """
     directory = pathlib.Path(directory)
     sharded = any(
         isinstance(x, jax.Array) and not x.is_fully_addressable for x in jax.tree.leaves(tree)
@@ -172,7 +191,8 @@ def save(directory, step: int, tree, meta: dict | None = None, keep: int = 3) ->
     final = directory / f"step_{step:08d}"
     if me >= count:
         return final
-    entries, mine = {}, {}
+    entries = {}  # the manifest's entries: {name: dtype, shape, sharding, shards}
+    mine = {}  # the shards this process writes: {key: array}
     for name, leaf in names(tree):
         dtype, shape = _spec(leaf)
         parts = _shards(name, jax.random.key_data(leaf) if _is_key(leaf) else leaf, shape)
@@ -212,10 +232,17 @@ def save(directory, step: int, tree, meta: dict | None = None, keep: int = 3) ->
     return final
 
 
-def checkpoints(directory) -> list[pathlib.Path]:
+def checkpoints(directory: str | pathlib.Path) -> list[pathlib.Path]:
     """The checkpoints in `directory` (renamed into place, so complete when written), oldest first.
     One damaged later (its manifest deleted) is still listed: loading it fails loudly instead of
-    silently rolling back to an older one. A missing `directory` holds none."""
+    silently rolling back to an older one.
+
+    Arguments:
+        directory: the folder of checkpoints; a missing one holds none.
+
+    Returns:
+        The checkpoint folders (`step_*`, without unfinished `.tmp` ones), oldest first.
+    """
     return sorted(
         p
         for p in pathlib.Path(directory).glob("step_*")
@@ -223,12 +250,28 @@ def checkpoints(directory) -> list[pathlib.Path]:
     )
 
 
-def latest(directory) -> pathlib.Path | None:
-    """The newest checkpoint in `directory`, or None."""
+def latest(directory: str | pathlib.Path) -> pathlib.Path | None:
+    """The newest checkpoint in `directory`.
+
+    Arguments:
+        directory: the folder of checkpoints; a missing one holds none.
+
+    Returns:
+        The newest checkpoint's folder, or None when there is none.
+    """
     return max(checkpoints(directory), default=None)
 
 
-def read_manifest(path) -> dict:
+def read_manifest(path: str | pathlib.Path) -> dict:
+    """A checkpoint's manifest, checked to be of this format (a CheckpointError otherwise).
+
+    Arguments:
+        path: the checkpoint's folder.
+
+    Returns:
+        The manifest: {"format", "step", "processes", "meta", "entries"}, where each entry holds
+        the array's dtype, shape, sharding and shards (index, file, key, sha256).
+    """
     path = pathlib.Path(path)
     try:
         manifest = json.loads((path / "manifest.json").read_text())
@@ -249,7 +292,9 @@ class _Reader:
     """Stored shards, read on demand from their files and checked against the manifest."""
 
     def __init__(self, path: pathlib.Path, stack: contextlib.ExitStack):
-        self.path, self.stack, self.files = path, stack, {}
+        self.path = path
+        self.stack = stack  # keeps the open files
+        self.files = {}  # path -> open safetensors file
 
     def __call__(self, name: str, shard: dict) -> np.ndarray:
         file = self.path / shard["file"]
@@ -306,10 +351,24 @@ def _assemble(name: str, entry: dict, leaf, read: _Reader) -> jax.Array:
     return jax.random.wrap_key_data(array, impl=dtype[4:]) if dtype.startswith("key:") else array
 
 
-def load(path, template, strict: bool = True) -> tuple[Any, dict]:
-    """Load checkpoint `path` into the structure and shardings of `template` (arrays or
-    ShapeDtypeStructs); return `(tree, meta)`. With `strict=False`, entries of the file not in
-    `template` are ignored (e.g. load only {"model": ...} from a full training checkpoint)."""
+def load(path: str | pathlib.Path, template: PyTree, strict: bool = True) -> tuple[PyTree, dict]:
+    """Load checkpoint `path` into the structure and shardings of `template`.
+
+    Arguments:
+        path: the checkpoint's folder (e.g. from `latest`).
+        template: a tree of arrays or ShapeDtypeStructs: the structure, dtypes and shapes the
+            checkpoint must hold, and each leaf's sharding (`.sharding`; without one, the array
+            is loaded whole on the default device).
+        strict: refuse entries of the checkpoint that `template` lacks; with False they are
+            ignored (e.g. load only {"model": ...} from a full training checkpoint).
+
+    Returns:
+        `(tree, meta)`: `template`'s tree of loaded jax.Arrays, and the `meta` given to `save`.
+
+    Raises:
+        CheckpointError: a missing or damaged file, a checksum mismatch, or entries that differ
+            from `template` (each message names the file and the entry).
+    """
     path = pathlib.Path(path)
     manifest = read_manifest(path)
     entries = manifest["entries"]
