@@ -1,7 +1,11 @@
 """Flash attention in Pallas: forward and backward kernels, with a plain-jnp reference at the end.
 
-    o = flash_attention(q, k, v, causal=True)     # q: (B, T, H, D), k, v: (B, S, H, D) -> (B, T, H,
-    D) o = flash_attention(q, k, v, key_padding_mask=keep)   # keep: (B, S) bool, True = attend
+```python
+# q: (B, T, H, D); k, v: (B, S, H, D) -> o: (B, T, H, D)
+o = flash_attention(q, k, v, causal=True)
+# keep: (B, S) bool, True where a key may be attended
+o = flash_attention(q, k, v, key_padding_mask=keep)
+```
 
 Attention is softmax(scale * q k^T) v per batch and head. Written out, it materialises a
 (T, S) matrix of scores; flash attention (Dao et al. 2022, "FlashAttention: Fast and
@@ -9,18 +13,31 @@ Memory-Efficient Exact Attention with IO-Awareness") never does. Each program of
 kernel owns `block_q` query rows and walks over the keys `block_k` at a time, keeping a running
 row maximum m, a running normaliser l (`total`) and an unnormalised output o (the online softmax):
 
-    s = scale * q k_j^T                   # (block_q, block_k) scores of this key block
-    m' = max(m, rowmax(s));  a = exp(m - m')
-    o = a o + exp(s - m') v_j;  l = a l + rowsum(exp(s - m'))
-    ... after the last block: out = o / l,  lse = m + log(l)
+```text
+for each key block j:
+    s  = scale * q k_j^T              # (block_q, block_k) scores of this key block
+    m' = max(m, rowmax(s))
+    a  = exp(m - m')                  # rescales what was accumulated under the old maximum
+    o  = a o + exp(s - m') v_j
+    l  = a l + rowsum(exp(s - m'))
+    m  = m'
+after the last block:
+    out = o / l
+    lse = m + log(l)
+```
 
 Only O(T) extra memory: the log-sum-exp `lse` of each row, saved for the backward pass. The
 backward pass follows FlashAttention-2 (Dao 2023, "FlashAttention-2: Faster Attention with Better
 Parallelism and Work Partitioning"): it recomputes p = exp(s - lse) tile by tile instead of
 storing it, with delta = rowsum(out * dout) computed up front (cheap, in XLA), and
 
-    dv = p^T dout     dp = dout v^T     ds = p * (dp - delta)     dq = scale ds k     dk = scale
-    ds^T q
+```text
+dv = p^T dout
+dp = dout v^T
+ds = p * (dp - delta)
+dq = scale ds k
+dk = scale ds^T q
+```
 
 split into two kernels so that no two programs write the same output: `_dkdv_kernel` (one
 program per key block, looping over the queries) and `_dq_kernel` (one program per query block,
@@ -66,7 +83,18 @@ class BlockSizes:
 
     Each block is a power of two, at least 16 (the smallest tile a tensor-core dot takes); blocks
     larger than a (padded) sequence are shrunk to fit it. Defaults are meant for an H100/H200
-    with bf16 inputs; `benchmarks/attention.py --tune` times alternatives on a GPU.
+    with bf16 inputs; `benchmarks/attention.py --tune` times alternatives on a GPU. A frozen
+    dataclass of ints, hashable, so `flash_attention` takes it as a static argument.
+
+    Arguments:
+        block_q: forward kernel: query rows per program.
+        block_k: forward kernel: key rows per loop step.
+        block_q_dkv: dk/dv kernel: query rows per loop step.
+        block_k_dkv: dk/dv kernel: key rows per program.
+        block_q_dq: dq kernel: query rows per program.
+        block_k_dq: dq kernel: key rows per loop step.
+        num_warps: Triton warps per program; None: 4 for a head dimension <= 64, else 8.
+        num_stages: Triton's software-pipelining depth of the key/query loops.
     """
 
     block_q: int = 128  # forward: query rows per program
@@ -86,8 +114,18 @@ class BlockSizes:
 
     def fit(self, q_len: int, kv_len: int) -> "BlockSizes":
         """Shrink blocks that are longer than the sequence they tile (rounded up to a power of
-        2)."""
-        tq, tk = max(16, pl.next_power_of_2(q_len)), max(16, pl.next_power_of_2(kv_len))
+        2).
+
+        Arguments:
+            q_len: T, the queries' sequence length.
+            kv_len: S, the keys' and values' sequence length.
+
+        Returns:
+            A `BlockSizes` whose query blocks are at most max(16, T rounded up to a power of 2)
+            and whose key blocks at most the same of S; the launch settings unchanged.
+        """
+        tq = max(16, pl.next_power_of_2(q_len))
+        tk = max(16, pl.next_power_of_2(kv_len))
         fitted = {
             f.name: min(getattr(self, f.name), tq if f.name.startswith("block_q") else tk)
             for f in dataclasses.fields(self)[:6]
@@ -97,22 +135,38 @@ class BlockSizes:
 
 @functools.partial(jax.jit, static_argnames=("causal", "scale", "block_sizes", "interpret"))
 def flash_attention(
-    q,
-    k,
-    v,
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
     *,
     causal: bool = False,
-    key_padding_mask=None,
+    key_padding_mask: jax.Array | None = None,
     scale: float | None = None,
     block_sizes: BlockSizes | None = None,
     interpret: bool | None = None,
 ) -> jax.Array:
-    """Multi-head attention softmax(scale q k^T) v with the Pallas kernels; differentiable in q, k,
-    v.
+    """Multi-head attention softmax(scale q k^T) v with the Pallas kernels (Dao et al. 2022);
+    differentiable in q, k and v (the backward kernels follow Dao 2023).
 
-    q: (B, T, H, D); k, v: (B, S, H, D), all one float dtype; key_padding_mask: (B, S) bool,
-    True where a key may be attended (jax.nn's `mask` convention; PyTorch's key_padding_mask is
-    the opposite). scale defaults to 1/sqrt(D). interpret defaults to True on a CPU backend.
+    Jitted, with `causal`, `scale`, `block_sizes` and `interpret` static. Any sequence lengths
+    work (they are padded to the blocks); any head dimension (padded to a power of two).
+
+    Arguments:
+        q: (B, T, H, D) queries of a float dtype (float32, bfloat16 or float16).
+        k: (B, S, H, D) keys, q's dtype.
+        v: (B, S, H, D) values, q's dtype.
+        causal: whether query i sees only keys 0..i (the mask aligned top-left).
+        key_padding_mask: (B, S) bool, True where a key may be attended (jax.nn's `mask`
+            convention; PyTorch's key_padding_mask is the opposite); None: every key.
+        scale: the factor on the scores; None means 1/sqrt(D).
+        block_sizes: the kernels' tiles and launch settings; None: `BlockSizes()`.
+        interpret: run the kernels in Pallas interpret mode; None: True on a CPU backend.
+
+    Returns:
+        (B, T, H, D) array of q's dtype; a query row with no key to attend to gives zeros.
+
+    Raises:
+        ValueError: when the shapes or dtypes of q, k, v or key_padding_mask do not fit.
     """
     # k and v: q's shape but for the sequence axis
     if q.ndim != 4 or k.shape != v.shape or k.shape[:1] + k.shape[2:] != q.shape[:1] + q.shape[2:]:
@@ -122,7 +176,8 @@ def flash_attention(
         )
     if not (q.dtype == k.dtype == v.dtype) or not jnp.issubdtype(q.dtype, jnp.floating):
         raise ValueError(f"q, k, v must share one float dtype; got {q.dtype}, {k.dtype}, {v.dtype}")
-    (b, t, _, d), s = q.shape, k.shape[1]
+    b, t, _, d = q.shape
+    s = k.shape[1]
     if key_padding_mask is not None and key_padding_mask.shape != (b, s):
         raise ValueError(
             f"key_padding_mask must be (B, S) = {(b, s)}, got {key_padding_mask.shape}"
@@ -133,7 +188,8 @@ def flash_attention(
     # powers of 2: a multiple of the largest fits all
     bq = max(blocks.block_q, blocks.block_q_dkv, blocks.block_q_dq)
     bk = max(blocks.block_k, blocks.block_k_dkv, blocks.block_k_dq)
-    t_pad, s_pad = pl.cdiv(t, bq) * bq, pl.cdiv(s, bk) * bk
+    t_pad = pl.cdiv(t, bq) * bq
+    s_pad = pl.cdiv(s, bk) * bk
     q, k, v = (
         # (B, L, H, D) -> (B, n, H, D), zeros appended
         jnp.pad(x, ((0, 0), (0, n - x.shape[1]), (0, 0), (0, 0)))
@@ -201,7 +257,8 @@ def _store(ref, x, head_dim):
 def _forward_kernel(
     q_ref, k_ref, v_ref, keep_ref, o_ref, lse_ref, *, block_k, head_dim, causal, **opts
 ):
-    block_q, load = q_ref.shape[0], _loader(q_ref, head_dim)
+    block_q = q_ref.shape[0]
+    load = _loader(q_ref, head_dim)
     i = pl.program_id(0)
     q = load(q_ref)  # (block_q, D_pad), stays on chip
     span_q = i * block_q + jnp.arange(block_q)
@@ -219,10 +276,11 @@ def _forward_kernel(
         o = alpha[:, None] * o + plgpu.dot(p.astype(v.dtype), v)
         return o, m_new, alpha * total + p.sum(axis=-1)
 
-    row = jnp.zeros((block_q,), jnp.float32)
-    init = (jnp.zeros(q.shape, jnp.float32), jnp.full_like(row, -jnp.inf), row)  # o, m, total
+    o = jnp.zeros(q.shape, jnp.float32)  # (block_q, D_pad): the unnormalised output
+    m = jnp.full((block_q,), -jnp.inf, jnp.float32)  # the running row maximum
+    total = jnp.zeros((block_q,), jnp.float32)  # the running normaliser
     bounds = _key_bounds(i, block_q, block_k, k_ref.shape[0] // block_k, causal)
-    o, m, total = _two_loops(body, bounds, False, init)
+    o, m, total = _two_loops(body, bounds, False, (o, m, total))
     # A row that saw only masked keys still has m == MASK (any real score is larger): give it
     # output 0 and lse = +inf, so that p = exp2(s - lse) = 0 in the backward pass.
     empty = m == MASK
@@ -232,7 +290,8 @@ def _forward_kernel(
 
 def _dkdv_kernel(*refs, block_q, head_dim, causal, **opts):
     q_ref, k_ref, v_ref, keep_ref, do_ref, lse_ref, delta_ref, dk_ref, dv_ref = refs  # in, out
-    block_k, load = k_ref.shape[0], _loader(k_ref, head_dim)
+    block_k = k_ref.shape[0]
+    load = _loader(k_ref, head_dim)
     j = pl.program_id(0)
     k, v = load(k_ref), load(v_ref)  # (block_k, D_pad) each
     keep = None if keep_ref is None else keep_ref[...] != 0  # (block_k,)
@@ -251,8 +310,10 @@ def _dkdv_kernel(*refs, block_q, head_dim, causal, **opts):
     n_q = q_ref.shape[0] // block_q
     bounds = 0, 0, n_q
     if causal:  # query blocks ending before this key block are skipped; past its end, no mask
-        start = jnp.minimum(lax.div(j * block_k, block_q), n_q)
-        bounds = start, jnp.minimum(lax.div((j + 1) * block_k - 1 + block_q - 1, block_q), n_q), n_q
+        start = jnp.minimum(lax.div(j * block_k, block_q), n_q)  # first query block seeing a key
+        # the first query block below the diagonal: its first query >= this block's last key
+        stop = jnp.minimum(lax.div((j + 1) * block_k - 1 + block_q - 1, block_q), n_q)
+        bounds = start, stop, n_q
     zeros = jnp.zeros(k.shape, jnp.float32)
     dk, dv = _two_loops(body, bounds, True, (zeros, zeros))
     _store(dk_ref, dk * opts["scale"], head_dim)
@@ -261,7 +322,8 @@ def _dkdv_kernel(*refs, block_q, head_dim, causal, **opts):
 
 def _dq_kernel(*refs, block_k, head_dim, causal, **opts):
     q_ref, k_ref, v_ref, keep_ref, do_ref, lse_ref, delta_ref, dq_ref = refs  # in, out
-    block_q, load = q_ref.shape[0], _loader(q_ref, head_dim)
+    block_q = q_ref.shape[0]
+    load = _loader(q_ref, head_dim)
     i = pl.program_id(0)
     q, do = load(q_ref), load(do_ref)  # (block_q, D_pad) each
     lse, delta = lse_ref[...], delta_ref[...]  # (block_q,) each
@@ -322,13 +384,16 @@ def _flash(q, k, v, keep, causal, scale, kv_len, blocks, interpret):
 def _flash_fwd(q, k, v, keep, causal, scale, kv_len, blocks: BlockSizes, interpret):
     """The forward kernel: the output and, for the backward pass, the residuals with lse (B, H, T)
     (fp32, log2 units)."""
-    (b, t, h, d), s = q.shape, k.shape[1]
-    d_pad, bq = max(16, pl.next_power_of_2(d)), blocks.block_q
+    b, t, h, d = q.shape
+    s = k.shape[1]
+    d_pad = max(16, pl.next_power_of_2(d))  # the head dimension in the kernels' tiles
+    bq = blocks.block_q
     opts = dict(causal=causal, scale=scale, kv_len=kv_len, kv_pad=s, head_dim=d)
     qs, rows, kvs, keeps = _specs(bq, s, d_pad, keep, over_q=True)
     kernel = functools.partial(_forward_kernel, block_k=blocks.block_k, **opts)
     out = [jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct((b, h, t), jnp.float32)]
-    grid, specs = (t // bq, b, h), ([qs, kvs, kvs, keeps], [qs, rows], out)
+    grid = (t // bq, b, h)
+    specs = ([qs, kvs, kvs, keeps], [qs, rows], out)
     o, lse = _call(kernel, "frost_flash_forward", grid, blocks, interpret, specs)(q, k, v, keep)
     return o, (q, k, v, keep, o, lse)
 
@@ -336,7 +401,8 @@ def _flash_fwd(q, k, v, keep, causal, scale, kv_len, blocks: BlockSizes, interpr
 def _flash_bwd(causal, scale, kv_len, blocks: BlockSizes, interpret, residuals, do):
     """The two backward kernels: (dq, dk, dv), and no cotangent for `keep`."""
     q, k, v, keep, o, lse = residuals
-    (b, t, h, d), s = q.shape, k.shape[1]
+    b, t, h, d = q.shape
+    s = k.shape[1]
     d_pad = max(16, pl.next_power_of_2(d))
     opts = dict(causal=causal, scale=scale, kv_len=kv_len, kv_pad=s, head_dim=d)
     # (B, H, T)
@@ -363,13 +429,34 @@ _flash.defvjp(_flash_fwd, _flash_bwd)
 
 
 def attention_reference(
-    q, k, v, *, causal: bool = False, key_padding_mask=None, scale: float | None = None
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    *,
+    causal: bool = False,
+    key_padding_mask: jax.Array | None = None,
+    scale: float | None = None,
 ) -> jax.Array:
     """The same function as `flash_attention`, written out in plain jnp with fp32 math.
 
-    Materialises the (B, H, T, S) scores; rows with no key to attend to return zeros.
+    Materialises the (B, H, T, S) scores; rows with no key to attend to return zeros. XLA fuses
+    it; `frost.nn.dot_product_attention` uses it off GPUs, and the tests check the kernels
+    against it.
+
+    Arguments:
+        q: (B, T, H, D) queries of a float dtype.
+        k: (B, S, H, D) keys.
+        v: (B, S, H, D) values.
+        causal: whether query i sees only keys 0..i (the mask aligned top-left).
+        key_padding_mask: (B, S) bool, True where a key may be attended; None: every key.
+        scale: the factor on the scores; None means 1/sqrt(D).
+
+    Returns:
+        (B, T, H, D) array of q's dtype.
     """
-    t, s, d = q.shape[1], k.shape[1], q.shape[-1]
+    t = q.shape[1]
+    s = k.shape[1]
+    d = q.shape[-1]
     scale = d**-0.5 if scale is None else scale
     # (B, H, T, S)
     scores = jnp.einsum("bthd,bshd->bhts", q.astype(jnp.float32), k.astype(jnp.float32)) * scale
