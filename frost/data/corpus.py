@@ -1,10 +1,12 @@
 """Text corpora as token shards: one small text (`kjv`, a .txt file), or a corpus of any size
 (.txt, .jsonl, .parquet files, folders and globs of them, a `datasets` save_to_disk folder).
 
-    files = find("shards/")                                  # sorted .txt/.jsonl/.parquet files
-    tok = tokenizer(files, None, 4096, 100_000_000, cache)   # trained on a sample, or loaded
-    manifest = prepare(files, tok, cache)                    # made once, then reused
-    TokenWindows(shard_paths(manifest, "train"), 1024, manifest["dtype"])
+```python
+files = find("shards/")                                  # sorted .txt/.jsonl/.parquet files
+tok = tokenizer(files, None, 4096, 100_000_000, cache)   # trained on a sample, or loaded
+manifest = prepare(files, tok, cache)                    # made once, then reused
+TokenWindows(shard_paths(manifest, "train"), 1024, manifest["dtype"])
+```
 
 A corpus is a sequence of documents: a .txt file is one, a .jsonl line one (its `key` field), a
 parquet or Arrow row one (its `column`), each followed by an end-of-text token. Files are read as
@@ -26,9 +28,10 @@ import fcntl
 import glob
 import hashlib
 import json
+import os
 import pathlib
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from itertools import tee
 
 import numpy as np
@@ -46,7 +49,17 @@ SHARD_TOKENS = 1 << 28  # tokens per shard file (512 MB of uint16)
 
 
 def read_text(name: str) -> str:
-    """`kjv`, or the text of a UTF-8 file."""
+    """The text of `kjv` (frost.text.kjv_text) or of a UTF-8 file.
+
+    Arguments:
+        name: "kjv", or a text file's path.
+
+    Returns:
+        The text.
+
+    Raises:
+        UsageError: `name` is neither, or the file is not UTF-8.
+    """
     if name == "kjv":
         return text.kjv_text()
     path = pathlib.Path(name)
@@ -61,12 +74,33 @@ def read_text(name: str) -> str:
 
 
 def prepare_text(
-    name: str, folder, vocab_size: int, limit: int | None, need: int, progress: bool = True
+    name: str,
+    folder: str | os.PathLike,
+    vocab_size: int,
+    limit: int | None,
+    need: int,
+    progress: bool = True,
 ) -> text.Tokenizer:
-    """A tokenizer trained on the first 95% of the text `name` (cut at a line break) and its two
-    parts encoded into `folder`/train.bin and val.bin; made once (tokenizer.json is written last,
-    so its presence means the files are complete) and reused. `need`: the fewest training tokens
-    a run can use."""
+    """A tokenizer trained on the first 95% of a small text, and both parts encoded.
+
+    The text is cut at a line break near 95%; the parts are written to `folder`/train.bin and
+    val.bin (token files of `text.token_dtype`). Made once: tokenizer.json is written last, so its
+    presence means the files are complete, and a later call loads it.
+
+    Arguments:
+        name: "kjv" or a UTF-8 file (`read_text`).
+        folder: where train.bin, val.bin and tokenizer.json go.
+        vocab_size: the tokenizer's size (`text.train`).
+        limit: use only the first `limit` characters (None: all).
+        need: the fewest training tokens a run can use (a batch of windows, plus one).
+        progress: show progress bars and the time taken.
+
+    Returns:
+        The tokenizer.
+
+    Raises:
+        UsageError: too little text for `need` tokens and a validation part.
+    """
     tok_path = pathlib.Path(folder) / "tokenizer.json"
     if tok_path.exists():
         return text.load(tok_path)
@@ -95,15 +129,32 @@ def prepare_text(
 
 def is_corpus(name: str) -> bool:
     """Whether --data names a corpus (a folder, a glob, a .jsonl or .parquet file) rather than
-    `kjv` or one text file."""
+    `kjv` or one text file.
+
+    Arguments:
+        name: the --data value.
+
+    Returns:
+        True for a corpus (`find`, `prepare`), False for a small text (`prepare_text`).
+    """
     path = pathlib.Path(name)
     return name != "kjv" and not (path.is_file() and path.suffix not in SUFFIXES[1:])
 
 
 def find(name: str) -> list[pathlib.Path]:
-    """The files of the corpus `name`, sorted: a file, a folder (searched recursively) or a glob
-    of .txt/.jsonl/.parquet files, or a `datasets` save_to_disk folder (its .arrow files; of a
-    DatasetDict, give one split's folder)."""
+    """The files of a corpus, sorted.
+
+    Arguments:
+        name: a file, a folder (searched recursively) or a glob of .txt/.jsonl/.parquet files, or
+            a `datasets` save_to_disk folder (its .arrow files; of a DatasetDict, give one
+            split's folder).
+
+    Returns:
+        The files' paths.
+
+    Raises:
+        UsageError: no such files, or pyarrow is missing for parquet or Arrow files.
+    """
     path = pathlib.Path(name)
     if (path / "state.json").is_file():  # a datasets.Dataset.save_to_disk folder
         needs("pyarrow", f"--data {name}", "pyarrow")
@@ -133,8 +184,24 @@ def _columns(batches, column: str, path) -> Iterator[tuple[str, bool]]:
             yield doc or "", True
 
 
-def pieces(path, key: str = "text", column: str = "text") -> Iterator[tuple[str, bool]]:
-    """The documents of one file as (text, whether it ends a document), read as a stream."""
+def pieces(
+    path: str | os.PathLike, key: str = "text", column: str = "text"
+) -> Iterator[tuple[str, bool]]:
+    """The documents of one file, read as a stream.
+
+    Arguments:
+        path: a .txt file (one document), .jsonl (a document a line), .parquet or .arrow (a
+            document a row).
+        key: the field of a .jsonl line that holds its text.
+        column: the column of a parquet or Arrow row that holds its text.
+
+    Yields:
+        (text, whether it ends a document): a .txt file comes in ~1 MB pieces followed by
+        ("", True); every other document is one piece that ends it.
+
+    Raises:
+        UsageError: a line that is not JSON or lacks `key`, or a file without `column`.
+    """
     path = pathlib.Path(path)
     if path.suffix == ".txt":
         yield from ((piece, False) for piece in text.stream_files([path]))
@@ -164,8 +231,17 @@ def pieces(path, key: str = "text", column: str = "text") -> Iterator[tuple[str,
             yield from _columns(pa.ipc.open_stream(source), column, path)
 
 
-def fingerprint(files, key: str, column: str) -> str:
-    """Names the corpus: each file's path, size and modification time, and the fields read."""
+def fingerprint(files: Sequence[pathlib.Path], key: str, column: str) -> str:
+    """Names the corpus: each file's path, size and modification time, and the fields read.
+
+    Arguments:
+        files: the corpus's files (`find`).
+        key: the .jsonl text field.
+        column: the parquet/Arrow text column.
+
+    Returns:
+        16 hex digits; they change when a file, its size or time, or a field changes.
+    """
     stats = [(str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns) for p in files]
     return _hash([stats, key, column, VAL_EVERY, SHARD_TOKENS])
 
@@ -174,8 +250,15 @@ def _hash(value) -> str:
     return hashlib.sha256(json.dumps(value).encode()).hexdigest()[:16]
 
 
-def token_hash(tok) -> str:
-    """Names a tokenizer: its merges, special tokens, pattern and (GPT-2) id numbering."""
+def token_hash(tok: text.Tokenizer | text.io.Renumbered) -> str:
+    """Names a tokenizer: its merges, special tokens, pattern and (GPT-2) id numbering.
+
+    Arguments:
+        tok: a Frost tokenizer, or a GPT-2 one (`text.io.load_gpt2`).
+
+    Returns:
+        16 hex digits.
+    """
     base = getattr(tok, "tok", tok)
     return _hash([base.merges, base.special, base.pattern, getattr(tok, "ids", None)])
 
@@ -189,12 +272,25 @@ def _locked(path: pathlib.Path):
         yield
 
 
-def sample(files, chars: int, key: str = "text", column: str = "text") -> Iterator[str]:
+def sample(
+    files: Sequence[pathlib.Path], chars: int, key: str = "text", column: str = "text"
+) -> Iterator[str]:
     """About `chars` characters of documents: the first ones of each file, in proportion to its
-    size, so every shard is drawn from and the sample is the same on every run."""
+    size, so every shard is drawn from and the sample is the same on every run.
+
+    Arguments:
+        files: the corpus's files (`find`).
+        chars: about how many characters to take in all.
+        key: the .jsonl text field.
+        column: the parquet/Arrow text column.
+
+    Yields:
+        Pieces of documents (str), file by file.
+    """
     sizes = [p.stat().st_size for p in files]
     for path, size in zip(files, sizes, strict=True):
-        share, taken = chars * size / max(sum(sizes), 1), 0
+        share = chars * size / max(sum(sizes), 1)  # this file's part of the sample
+        taken = 0
         for piece, _ in pieces(path, key, column):
             if taken >= share:
                 break
@@ -202,18 +298,51 @@ def sample(files, chars: int, key: str = "text", column: str = "text") -> Iterat
             taken += len(piece)
 
 
-def load_tokenizer(path: str) -> text.Tokenizer:
-    """A Frost tokenizer.json, or a GPT-2 folder (frost.text.io.load_gpt2)."""
+def load_tokenizer(path: str) -> text.Tokenizer | text.io.Renumbered:
+    """A Frost tokenizer.json, or a GPT-2 folder (frost.text.io.load_gpt2).
+
+    Arguments:
+        path: the file or folder.
+
+    Returns:
+        The tokenizer.
+    """
     if pathlib.Path(path).is_dir():
         return text.io.load_gpt2(path)
     return text.load(path)
 
 
 def tokenizer(
-    files, path, vocab_size: int, chars: int, cache, key="text", column="text", **kw
-) -> text.Tokenizer:
+    files: Sequence[pathlib.Path],
+    path: str | None,
+    vocab_size: int,
+    chars: int,
+    cache: str | os.PathLike,
+    key: str = "text",
+    column: str = "text",
+    workers: int | None = None,
+    progress: bool = False,
+) -> text.Tokenizer | text.io.Renumbered:
     """The tokenizer of a corpus: loaded from `path`, or trained on `sample(files, chars)` with
-    the end-of-text token (once: kept in `cache`). `kw`: text.train's (workers, progress)."""
+    the end-of-text token, once (it is kept in `cache`, named by the corpus and the settings).
+
+    Arguments:
+        files: the corpus's files (`find`).
+        path: a tokenizer to load (`load_tokenizer`), or None to train one.
+        vocab_size: the trained tokenizer's size.
+        chars: about how many characters of the corpus to train on.
+        cache: the folder that keeps trained tokenizers.
+        key: the .jsonl text field.
+        column: the parquet/Arrow text column.
+        workers: processes that count the sample's chunks (None: all cores).
+        progress: show progress bars while training.
+
+    Returns:
+        The tokenizer; it has the end-of-text token.
+
+    Raises:
+        UsageError: the loaded tokenizer has no end-of-text token.
+    """
     if path:
         tok = load_tokenizer(path)
         if EOT not in getattr(tok, "tok", tok).special:
@@ -224,7 +353,9 @@ def tokenizer(
     with _locked(target.with_suffix(".lock")):
         if not target.is_file():
             docs = sample(files, chars, key, column)
-            trained = text.train(docs, vocab_size, special_tokens=[EOT], **kw)
+            trained = text.train(
+                docs, vocab_size, special_tokens=[EOT], workers=workers, progress=progress
+            )
             text.save(trained, target)
     return text.load(target)
 
@@ -240,16 +371,50 @@ def _append(folder: pathlib.Path, shards: list, part: str, ids: np.ndarray, dtyp
 
 
 def _batches(files, key, column) -> Iterator[tuple[list[str], np.ndarray]]:
-    """(texts, whether each ends a document) in groups of about 1 MB of text (text.bpe's)."""
-    every = (piece for path in files for piece in pieces(path, key, column))
-    for group in text.bpe._batches(every, text.bpe.BATCH_CHARS, lambda piece: len(piece[0])):
-        texts, ends = zip(*group)
-        yield list(texts), np.array(ends)
+    """(texts, whether each ends a document) in groups of about 1 MB of text, the size of the BPE
+    workers' tasks (text.bpe.BATCH_CHARS)."""
+    texts = []
+    ends = []
+    chars = 0
+    for path in files:
+        for piece, end in pieces(path, key, column):
+            texts.append(piece)
+            ends.append(end)
+            chars += len(piece)
+            if chars >= text.bpe.BATCH_CHARS:
+                yield texts, np.array(ends)
+                texts = []
+                ends = []
+                chars = 0
+    if texts:
+        yield texts, np.array(ends)
 
 
-def prepare(files, tok, cache, key="text", column="text", workers=None, progress=False) -> dict:
-    """The manifest of the corpus's token shards under `tok`, encoded once into the cache (see
-    the module's docstring) and read from it afterwards; `manifest["folder"]` is where."""
+def prepare(
+    files: Sequence[pathlib.Path],
+    tok: text.Tokenizer | text.io.Renumbered,
+    cache: str | os.PathLike,
+    key: str = "text",
+    column: str = "text",
+    workers: int | None = None,
+    progress: bool = False,
+) -> dict:
+    """The corpus's token shards under `tok`: encoded once into the cache (see the module's
+    docstring), and read from it afterwards.
+
+    Arguments:
+        files: the corpus's files (`find`).
+        tok: the tokenizer (`tokenizer`); it has the end-of-text token.
+        cache: the folder that keeps prepared corpora.
+        key: the .jsonl text field.
+        column: the parquet/Arrow text column.
+        workers: processes that encode (None: all cores).
+        progress: print the tokens and time taken when it encodes.
+
+    Returns:
+        The manifest: {"dtype", "train" and "val" ([[shard file, tokens], ...]), "documents",
+        "vocab_size", "files", "folder" (where the shards are), ...}; see `shard_paths`.
+    """
     name = f"{fingerprint(files, key, column)}-{token_hash(tok)}"
     folder = pathlib.Path(cache).expanduser() / name
     with _locked(folder.with_name(folder.name + ".lock")):
@@ -265,16 +430,18 @@ def prepare(files, tok, cache, key="text", column="text", workers=None, progress
 
 
 def _encode(files, tok, folder: pathlib.Path, key, column, workers) -> dict:
-    base, dtype = getattr(tok, "tok", tok), text.token_dtype(tok.vocab_size)
-    # Frost id -> the id written: a GPT-2 tokenizer's own numbering (load_gpt2), else the same
-    renumber = np.asarray(getattr(tok, "ids", range(base.vocab_size)), np.int64)
+    base = getattr(tok, "tok", tok)  # the Frost tokenizer (under a GPT-2 renumbering)
+    dtype = text.token_dtype(tok.vocab_size)
+    # Frost id -> the id written: a GPT-2 tokenizer's own numbering (load_gpt2); None: the same
+    renumber = np.asarray(tok.ids, np.int64) if hasattr(tok, "ids") else None
     shards = {"train": [], "val": []}
     batches, texts = tee(_batches(files, key, column))
     docs = 0
     encoded = base.encode_flat((t for t, _ in texts), special="text", workers=workers)
     for (_, ends), (flat, lengths) in zip(batches, encoded):
-        # each document + EOT
-        ids = renumber[np.insert(flat, np.cumsum(lengths)[ends], base.special[EOT])]
+        ids = np.insert(flat, np.cumsum(lengths)[ends], base.special[EOT])  # each document + EOT
+        if renumber is not None:
+            ids = renumber[ids]
         doc = docs + np.cumsum(ends) - ends  # (pieces,) the document of each piece
         val = np.repeat(doc % VAL_EVERY == VAL_EVERY - 1, lengths + ends)  # (tokens,)
         _append(folder, shards["train"], "train", ids[~val], dtype)
@@ -292,5 +459,13 @@ def _encode(files, tok, folder: pathlib.Path, key, column, workers) -> dict:
 
 
 def shard_paths(manifest: dict, part: str) -> list[pathlib.Path]:
-    """The shard files of `part` ("train" or "val") that hold tokens."""
+    """The shard files of `part` that hold tokens.
+
+    Arguments:
+        manifest: what `prepare` returns.
+        part: "train" or "val".
+
+    Returns:
+        The paths, in order: `TokenWindows(paths, seq_len, manifest["dtype"])` reads them.
+    """
     return [pathlib.Path(manifest["folder"]) / f for f, n in manifest[part] if n]

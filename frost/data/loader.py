@@ -263,7 +263,8 @@ class Loader(contextlib.AbstractContextManager):
     # -- the pipeline ---------------------------------------------------------------------------
     def _take(self):
         """The batch at the current position."""
-        pos, rows = (self.epoch, self.batch), len(self.sampler.batch(self.epoch, self.batch))
+        pos = (self.epoch, self.batch)
+        rows = len(self.sampler.batch(self.epoch, self.batch))
         if self._layout is None:  # the first sample tells the batch's fields, shapes and dtypes
             sample = load_sample(self.source, self.transform, self.seed, 0, 0)
             self._layout = Layout(sample, self.sampler.batch_size // self.sampler.process_count)

@@ -55,13 +55,17 @@ class RandomCrop:
         self.padding = int(padding)
 
     def __call__(self, image: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        p, (h, w), (H, W) = self.padding, self.size, image.shape[:2]
+        p = self.padding
+        h, w = self.size
+        H, W = image.shape[:2]
         if H + 2 * p < h or W + 2 * p < w:
             raise ValueError(
                 f"RandomCrop({h}, {w}, padding={p}): the padded image ({H + 2 * p}, {W + 2 * p}) "
                 f"is smaller than the crop"
             )
-        top, left = rng.integers(0, H + 2 * p - h + 1) - p, rng.integers(0, W + 2 * p - w + 1) - p
+        # the window's top-left corner in image coordinates (negative: in the padding)
+        top = rng.integers(0, H + 2 * p - h + 1) - p
+        left = rng.integers(0, W + 2 * p - w + 1) - p
         if p == 0:
             return image[top : top + h, left : left + w]
         # Same as np.pad then slicing, without building the padded image: copy the part of the

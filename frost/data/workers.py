@@ -35,7 +35,8 @@ class WorkerError(FrostError, RuntimeError):
 
     def __init__(self, message, index=None, traceback=None):
         super().__init__(message)
-        self.index, self.traceback = index, traceback
+        self.index = index
+        self.traceback = traceback
 
 
 def fields_of(sample) -> list:
@@ -52,7 +53,9 @@ class Layout:
         self.single = not isinstance(sample, (dict, tuple, list))  # a single array
         self.keys = tuple(sample) if isinstance(sample, dict) else None  # a dict sample's
         self.fields = [(np.shape(x), np.asarray(x).dtype) for x in fields_of(sample)]
-        self.rows, self.offsets, end = rows, [], 0
+        self.rows = rows
+        self.offsets = []
+        end = 0
         for shape, dtype in self.fields:
             self.offsets.append(end)
             end += -(-rows * int(np.prod(shape)) * dtype.itemsize // 64) * 64
@@ -103,7 +106,8 @@ class Processes:
     the slots live in shared memory; `role` names a worker in errors."""
 
     def __init__(self, count, serve, args, layout, slots, timeout, role="data worker"):
-        self.timeout, self.role = timeout, role
+        self.timeout = timeout
+        self.role = role
         tag = f"frost_{os.getpid()}_{uuid.uuid4().hex[:8]}"
         self.segments, self.procs, self.conns = [], [], []
         try:

@@ -1,8 +1,13 @@
 """frost.text: byte-level BPE tokenizers (train, encode, decode, save, export to HF tokenizers).
 
-    from frost.text import train, kjv_text
-    tok = train(kjv_text(), vocab_size=4096)
-    tok.decode(tok.encode("Let there be light")) == "Let there be light"
+BPE as Sennrich et al. (2016) learn it, on the 256 bytes as GPT-2 does (Radford et al., 2019).
+
+```python
+from frost.text import kjv_text, train
+
+tok = train(kjv_text(), vocab_size=4096)
+tok.decode(tok.encode("Let there be light")) == "Let there be light"
+```
 
 Names load on first use, so `frost tokenizer --help` (and every `frost` command) does not pay
 for numpy and regex.

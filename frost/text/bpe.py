@@ -1,12 +1,18 @@
 """Byte-level BPE: train a tokenizer, encode text to ids and decode ids to text.
 
-    tok = train(kjv_text(), vocab_size=4096, special_tokens=["<|endoftext|>"])
-    ids = tok.encode("In the beginning")       # [1066, 262, 3011] (say)
-    tok.decode(ids)                             # 'In the beginning'
+```python
+tok = train(kjv_text(), vocab_size=4096, special_tokens=["<|endoftext|>"])
+ids = tok.encode("In the beginning")       # [1066, 262, 3011] (say)
+tok.decode(ids)                            # 'In the beginning'
+```
 
-Every byte is a base token (ids 0-255), so any string encodes. Text is first split into chunks by a
-pre-tokenisation regex (default: the GPT-4 pattern); merges never cross a chunk boundary. Merged
-tokens get ids 256, 257, ... in the order they were learned; special tokens come last.
+Byte-pair encoding (Sennrich et al., 2016, "Neural Machine Translation of Rare Words with Subword
+Units") starts from single symbols and repeatedly merges the most frequent adjacent pair into a new
+token. Byte-level BPE (Radford et al., 2019, "Language Models are Unsupervised Multitask Learners",
+GPT-2) starts from the 256 bytes instead of characters: every byte is a base token (ids 0-255), so
+any string encodes and nothing is unknown. Text is first split into chunks by a pre-tokenisation
+regex (default: the GPT-4 pattern); merges never cross a chunk boundary. Merged tokens get ids 256,
+257, ... in the order they were learned; special tokens come last.
 
 Training counts the distinct chunks once (memory grows with the number of distinct chunks, not the
 corpus size), then runs the numba merge loop in `merge.py`, whose docstring gives the tie rule.
@@ -24,15 +30,19 @@ import re
 import sys
 import threading
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, wait
 from itertools import chain, islice
 from multiprocessing import get_context
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import regex
 
 from frost.config import UsageError
+
+if TYPE_CHECKING:
+    from tqdm import tqdm
 
 GPT4_PATTERN = (
     r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,3}|"""
@@ -67,7 +77,19 @@ def split_chunks(pattern: str, text: str) -> list[str]:
     """Pre-tokenise: the regex matches, plus any text between them as chunks of its own (as HF's
     "isolated" Split does), so no character is ever dropped.
 
-    split_chunks(GPT4_PATTERN, "Hello world!!") -> ['Hello', ' world', '!!']
+    ```python
+    split_chunks(GPT4_PATTERN, "Hello world!!")  # ['Hello', ' world', '!!']
+    ```
+
+    Arguments:
+        pattern: the pre-tokenisation regex (the `regex` module's syntax), such as GPT4_PATTERN.
+        text: the text to split.
+
+    Returns:
+        The chunks, in order; they join back into `text`.
+
+    Raises:
+        UsageError: the pattern is not a valid regex, or matches the empty string.
     """
     pat = _GPT4_ASCII if pattern == GPT4_PATTERN and text.isascii() else _compile(pattern)
     chunks = pat.findall(text)
@@ -75,7 +97,8 @@ def split_chunks(pattern: str, text: str) -> list[str]:
     # else check
     if pattern == GPT4_PATTERN or sum(map(len, chunks)) == len(text):
         return chunks
-    out, pos = [], 0
+    out = []
+    pos = 0
     for m in pat.finditer(text):
         out += [text[pos : m.start()], m.group()]
         pos = m.end()
@@ -98,13 +121,12 @@ def _pieces(texts: Iterable[str] | str, size: int = BATCH_CHARS) -> Iterator[str
         yield text[start:] if start else text
 
 
-def _batches(texts: Iterable, size: int = BATCH_CHARS, length=len) -> Iterator[list]:
-    """Group texts into lists of about `size` characters in all (`length(text)` each: items that
-    carry a text, such as frost.data.corpus's (text, ends a document) pairs, say how)."""
+def _batches(texts: Iterable[str], size: int = BATCH_CHARS) -> Iterator[list[str]]:
+    """Group texts into lists of about `size` characters in all."""
     batch, n = [], 0
     for text in texts:
         batch.append(text)
-        n += length(text)
+        n += len(text)
         if n >= size:
             yield batch
             batch, n = [], 0
@@ -114,7 +136,21 @@ def _batches(texts: Iterable, size: int = BATCH_CHARS, length=len) -> Iterator[l
 
 def stream_files(paths: Iterable[str | os.PathLike], size: int = BATCH_CHARS) -> Iterator[str]:
     """Read UTF-8 files lazily, one file at a time, in pieces of about `size` characters cut at safe
-    points, so `train(stream_files(paths), ...)` handles corpora larger than memory."""
+    points, so `train(stream_files(paths), ...)` handles corpora larger than memory.
+
+    A piece ends at a newline followed by a non-space character, where no chunk of the GPT-4 or
+    GPT-2 pattern can span, so the pieces encode exactly as the whole file would.
+
+    Arguments:
+        paths: the UTF-8 text files, read in order.
+        size: about how many characters each piece holds (a piece runs on to the next safe cut).
+
+    Yields:
+        The files' text in pieces (str); a piece never spans two files.
+
+    Raises:
+        UsageError: a file cannot be read, or is not UTF-8.
+    """
     for path in paths:
         try:
             with open(path, encoding="utf-8", newline="") as f:
@@ -133,19 +169,33 @@ def stream_files(paths: Iterable[str | os.PathLike], size: int = BATCH_CHARS) ->
 
 
 def parallel_map(
-    fn,
-    items: Iterable,
+    fn: Callable[[Any], Any],
+    items: Iterable[Any],
     workers: int | None = None,
-    init=None,
-    initargs=(),
-    local=None,
-    started=lambda: None,
-) -> Iterator:
-    """`map(fn, items)` in order, in `workers` processes (default: all cores) with at most two tasks
-    per worker in flight, so a lazy input is read only as fast as it is used. `init(*initargs)`
-    starts each worker. A single item, or workers=1, runs here as `map(local or fn, items)`.
-    `started()` is called once the workers exist (a thread started from it cannot make forking them
-    unsafe)."""
+    init: Callable[..., None] | None = None,
+    initargs: tuple = (),
+    local: Callable[[Any], Any] | None = None,
+    started: Callable[[], None] = lambda: None,
+) -> Iterator[Any]:
+    """`map(fn, items)` in order, in worker processes, with at most two tasks per worker in flight,
+    so a lazy input is read only as fast as it is used.
+
+    Arguments:
+        fn: the function, picklable (defined at module level).
+        items: its inputs, read lazily.
+        workers: processes (None: all cores, at most 64). A single item, or workers=1, runs here.
+        init: called as `init(*initargs)` in each worker when it starts, or None.
+        initargs: init's arguments.
+        local: what to call instead of `fn` when running here (`fn` may need init's state).
+        started: called once the workers exist (a thread started from it cannot make forking
+            them unsafe).
+
+    Yields:
+        fn(item) for each item, in order.
+
+    Raises:
+        UsageError: workers < 1.
+    """
     if workers is not None and workers < 1:
         raise UsageError(f"workers={workers}: must be at least 1")
     items = iter(items)
@@ -185,11 +235,25 @@ def count_chunks(
     texts: Iterable[str] | str,
     pattern: str = GPT4_PATTERN,
     workers: int | None = None,
-    progress=None,
-    started=lambda: None,
+    progress: tqdm | None = None,
+    started: Callable[[], None] = lambda: None,
 ) -> Counter:
-    """How often each pre-token chunk occurs: Counter({' the': 63924, ...}). `progress`: a tqdm bar
-    advanced by characters read; `started`: see `parallel_map`."""
+    """How often each pre-token chunk occurs, counted in worker processes on ~1 MB batches.
+
+    ```python
+    count_chunks(" the cat, the hat")  # Counter({' the': 2, ' cat': 1, ',': 1, ' hat': 1})
+    ```
+
+    Arguments:
+        texts: a string, or an iterable of strings (documents), read lazily.
+        pattern: the pre-tokenisation regex.
+        workers: processes to count in (None: all cores).
+        progress: a tqdm bar to advance by the characters read, or None.
+        started: called once the worker processes exist (see `parallel_map`).
+
+    Returns:
+        A Counter {chunk: occurrences}, the input of `train_counts`.
+    """
     total = Counter()
     count = functools.partial(_count_batch, pattern)
     for counts, n_chars in parallel_map(count, _batches(_pieces(texts)), workers, started=started):
@@ -209,11 +273,36 @@ def train(
     progress: bool = False,
 ) -> Tokenizer:
     """Train a byte-level BPE tokenizer with `vocab_size` tokens in all (256 bytes, the merges, then
-    the special tokens). `texts`: a string or an iterable of strings (documents), read lazily;
-    see `stream_files` for files. Texts over ~1 MB are cut after a newline that precedes a
+    the special tokens).
+
+    BPE as Sennrich et al. (2016) learn it, on bytes as GPT-2 does (Radford et al., 2019): count
+    the pre-token chunks, then repeatedly merge the most frequent adjacent pair of tokens within
+    the chunks (ties as `merge.py` says). Texts over ~1 MB are cut after a newline that precedes a
     non-space character, which changes nothing for the GPT-4 and GPT-2 patterns; a custom pattern
     whose matches span such a point would see the cut. numba loads (or, on a first run, compiles)
-    the merge loop in a thread while the worker processes count."""
+    the merge loop in a thread while the worker processes count.
+
+    ```python
+    tok = train(stream_files(["a.txt", "b.txt"]), 16384, special_tokens=["<|endoftext|>"])
+    ```
+
+    Arguments:
+        texts: a string, or an iterable of strings (documents), read lazily; see `stream_files`
+            for files.
+        vocab_size: tokens in all: 256 bytes + merges + special tokens.
+        pattern: the pre-tokenisation regex; merges never cross a chunk it makes.
+        special_tokens: strings given their own ids after the merges (duplicates dropped).
+        workers: processes that count the chunks (None: all cores).
+        progress: show tqdm bars while counting and merging.
+
+    Returns:
+        The trained `Tokenizer`. It may hold fewer tokens than `vocab_size` when the text runs
+        out of pairs to merge.
+
+    Raises:
+        UsageError: a broken or empty-matching pattern, an empty special token, or a vocab_size
+            below 256 + the special tokens.
+    """
     # refuse mistakes before reading anything
     _compile(pattern)
     _n_tokens(vocab_size, special_tokens)
@@ -244,8 +333,22 @@ def train_counts(
     special_tokens: Iterable[str] = (),
     progress: bool = False,
 ) -> Tokenizer:
-    """Train from chunk counts ({chunk: occurrences}, as `count_chunks` returns); counts are
-    int64."""
+    """Train a byte-level BPE tokenizer from chunk counts instead of text (see `train`).
+
+    Arguments:
+        counts: {chunk: occurrences}, as `count_chunks` returns; counts are non-negative and fit
+            int64.
+        vocab_size: tokens in all: 256 bytes + merges + special tokens.
+        pattern: the pre-tokenisation regex the chunks were split with (kept in the tokenizer).
+        special_tokens: strings given their own ids after the merges (duplicates dropped).
+        progress: show a tqdm bar while merging.
+
+    Returns:
+        The trained `Tokenizer`.
+
+    Raises:
+        UsageError: a negative count, an empty special token, or too small a vocab_size.
+    """
     from .merge import merge_loop  # numba loads only when training
 
     special_tokens, n_tokens = _n_tokens(vocab_size, special_tokens)
@@ -257,9 +360,12 @@ def train_counts(
     if np.any(wcount < 0):
         raise UsageError("chunk counts must be non-negative")
     done = np.zeros(1, np.int64)
-    with ThreadPoolExecutor(1) as ex, _bar(progress, "merging", "tok", total=n_tokens - 256) as bar:
+    with (
+        ThreadPoolExecutor(1) as pool,
+        _bar(progress, "merging", "tok", total=n_tokens - 256) as bar,
+    ):
         # it releases the GIL
-        merging = ex.submit(merge_loop, sym, starts, wcount, n_tokens, done)
+        merging = pool.submit(merge_loop, sym, starts, wcount, n_tokens, done)
         while bar is not None and not merging.done():  # this thread moves the bar
             wait([merging], 0.1)
             bar.update(max(0, int(done[0]) - 256 - bar.n))
@@ -302,7 +408,8 @@ class _Cache(dict):
 
     def __init__(self, bpe, limit: int):
         super().__init__()
-        self.bpe, self.limit = bpe, limit
+        self.bpe = bpe
+        self.limit = limit
 
     def __missing__(self, chunk: str) -> tuple[int, ...]:
         ids = self.bpe(chunk)
@@ -312,12 +419,31 @@ class _Cache(dict):
 
 
 class Tokenizer:
-    """A trained byte-level BPE tokenizer. `merges`: (left, right, new id) in the order learned;
-    `special`: {text: id}; `pattern`: the pre-tokenisation regex. Build one with `train` or `load`.
+    """A trained byte-level BPE tokenizer (Sennrich et al., 2016; on bytes, as GPT-2's, Radford et
+    al., 2019). Build one with `train` or `load`.
 
-    Long chunks (the GPT-4 pattern does not cap a run of letters) are neither capped nor split:
-    each is encoded by the same rule in O(n log n) time, so the ids equal HF tokenizers' at any
-    length (tested on a 60k-letter chunk; 40k letters take ~0.1 s, 1 MB ~2.5 s)."""
+    Encoding splits text into chunks with `pattern`, then applies the merges within each chunk,
+    the one learned first wherever it applies, as HF tokenizers and tiktoken do. Long chunks (the
+    GPT-4 pattern does not cap a run of letters) are neither capped nor split: each is encoded by
+    the same rule in O(n log n) time, so the ids equal HF tokenizers' at any length (tested on a
+    60k-letter chunk; 40k letters take ~0.1 s, 1 MB ~2.5 s).
+
+    ```python
+    tok = Tokenizer([(116, 104, 256), (256, 101, 257)])  # t+h -> 256, th+e -> 257
+    tok.encode(" the")                                   # [32, 257]
+    ```
+
+    Arguments:
+        merges: (left id, right id, new id) triples in the order learned; new ids are 256, 257,
+            ... (a merge may reuse an earlier id whose bytes it makes).
+        special: {text: id} of the special tokens, numbered right after the merged tokens.
+        pattern: the pre-tokenisation regex.
+        cache_size: how many distinct chunks' ids to keep (the frequent ones, seen first).
+
+    Raises:
+        ValueError: a merge names an id that does not exist yet or makes other bytes than its
+            id's, or the special ids are not the ones right after the merges.
+    """
 
     def __init__(
         self,
@@ -358,6 +484,7 @@ class Tokenizer:
 
     @property
     def vocab_size(self) -> int:
+        """Tokens in all: the 256 bytes, the merged tokens and the special tokens."""
         return len(self._decode)
 
     def __repr__(self):
@@ -372,7 +499,8 @@ class Tokenizer:
         ' the' -> [32, 116, 104, 101] -> [32, 256, 101] (t,h) -> [32, 257] (th,e)
         -> [258] ( ,the)"""
         ids = list(chunk.encode("utf-8"))  # ids[i] is None once merged into the token on its left
-        n, get = len(ids), self._ranks.get
+        n = len(ids)
+        get = self._ranks.get
         # neighbours still there (left[n]: unused)
         left = list(range(-1, n))
         right = list(range(1, n + 1))
@@ -383,7 +511,9 @@ class Tokenizer:
             j = right[i]
             if ids[i] is None or j == n or get((ids[i], ids[j])) != r:  # stale: the pair changed
                 continue
-            ids[i], ids[j], right[i] = self.merges[r][2], None, right[j]
+            ids[i] = self.merges[r][2]  # the merged token, in the left one's place
+            ids[j] = None
+            right[i] = right[j]
             left[right[i]] = i
             for x, y in ((left[i], i), (i, right[i])):
                 if x >= 0 and y < n and (q := get((ids[x], ids[y]))) is not None:
@@ -391,14 +521,28 @@ class Tokenizer:
         return tuple(x for x in ids if x is not None)
 
     def encode_ordinary(self, text: str) -> list[int]:
-        """Encode text, treating special-token strings as plain text."""
+        """Encode text, treating special-token strings as plain text.
+
+        Arguments:
+            text: the text.
+
+        Returns:
+            The token ids.
+        """
         chunks = split_chunks(self.pattern, text)
         return list(chain.from_iterable(map(self._cache.__getitem__, chunks)))
 
     def encode(self, text: str, *, special: str = "refuse") -> list[int]:
-        """Text -> ids. `special` says what a special-token string in the text means:
-        "refuse" (default) raises UsageError, "allow" encodes it as its special id, "text" as
-        text."""
+        """Text -> ids.
+
+        Arguments:
+            text: the text.
+            special: what a special-token string in the text means: "refuse" raises UsageError,
+                "allow" encodes it as its special id, "text" as plain text.
+
+        Returns:
+            The token ids.
+        """
         if special not in ("refuse", "allow", "text"):
             raise UsageError(f"special must be 'refuse', 'allow' or 'text', not {special!r}")
         parts = [text]
@@ -417,11 +561,20 @@ class Tokenizer:
 
     def encode_iter(
         self, texts: Iterable[str], *, special: str = "refuse", workers: int | None = None
-    ):
-        """Lazily encode many texts, in order, in `workers` processes; yields one id list per
-        text."""
+    ) -> Iterator[list[int]]:
+        """Lazily encode many texts, in order, in `workers` processes.
+
+        Arguments:
+            texts: the texts, read lazily in ~1 MB batches.
+            special: as in `encode`.
+            workers: processes (None: all cores; 1: this process).
+
+        Yields:
+            The ids of each text (a list of ints), in order.
+        """
         for flat, lengths in self.encode_flat(_batches(texts), special=special, workers=workers):
-            ids, pos = flat.tolist(), 0
+            ids = flat.tolist()
+            pos = 0
             for n in lengths.tolist():
                 yield ids[pos : pos + n]
                 pos += n
@@ -429,8 +582,19 @@ class Tokenizer:
     def encode_flat(
         self, batches: Iterable[list[str]], *, special: str = "refuse", workers: int | None = None
     ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """Lazily encode lists of texts, in order, in `workers` processes; yields (the ids of the
-        list's texts, one after another (int64), the number of ids of each text) per list."""
+        """Lazily encode lists of texts, in order, in `workers` processes, as flat arrays (which
+        cross process boundaries ~10x faster than lists).
+
+        Arguments:
+            batches: lists of texts; each list is one task for a worker (about 1 MB of text
+                keeps them busy).
+            special: as in `encode`.
+            workers: processes (None: all cores; 1: this process).
+
+        Returns:
+            An iterator of (ids (n,) int64: the ids of the list's texts one after another,
+            lengths (texts,) int64: how many ids each text has), one per list, in order.
+        """
         encode = functools.partial(_encode_batch, special)
         state = (self.merges, self.special, self.pattern)
         here = lambda texts: _flat([self.encode(t, special=special) for t in texts])  # noqa: E731
@@ -439,7 +603,16 @@ class Tokenizer:
     def encode_batch(
         self, texts: Iterable[str], *, special: str = "refuse", workers: int | None = None
     ) -> list[list[int]]:
-        """[encode(t) for t in texts], spread over `workers` processes (default: all cores)."""
+        """[encode(t) for t in texts], spread over `workers` processes.
+
+        Arguments:
+            texts: the texts.
+            special: as in `encode`.
+            workers: processes (None: all cores; 1: this process).
+
+        Returns:
+            The ids of each text, in order.
+        """
         enabled = gc.isenabled()
         gc.disable()  # a million new ints in lists would otherwise set off many full GC passes
         try:
@@ -449,6 +622,17 @@ class Tokenizer:
                 gc.enable()
 
     def decode_bytes(self, ids: Iterable[int]) -> bytes:
+        """Ids -> the bytes they stand for (special tokens as their UTF-8 text).
+
+        Arguments:
+            ids: token ids, each in range(vocab_size).
+
+        Returns:
+            The bytes.
+
+        Raises:
+            UsageError: an id is out of range.
+        """
         ids = list(ids)
         if ids and not 0 <= min(ids) <= max(ids) < len(self._decode):
             raise UsageError(
@@ -458,7 +642,16 @@ class Tokenizer:
         return b"".join(map(self._decode.__getitem__, ids))
 
     def decode(self, ids: Iterable[int], errors: str = "replace") -> str:
-        """Ids -> text. A token sequence that cuts a UTF-8 character is decoded with `errors`."""
+        """Ids -> text.
+
+        Arguments:
+            ids: token ids, each in range(vocab_size).
+            errors: how to decode bytes that are not whole UTF-8 characters (a sequence cut
+                inside a character), as `bytes.decode` takes it: "replace", "strict", ...
+
+        Returns:
+            The text.
+        """
         return self.decode_bytes(ids).decode("utf-8", errors=errors)
 
 

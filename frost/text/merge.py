@@ -125,7 +125,8 @@ def _loop(
     n = size[0]
     for p in range(n):
         _sift(H, p + 1, p, P[p, COUNT], P[p, KEY])
-    m, n_made = 0, 256
+    m = 0  # merges made
+    n_made = 256  # tokens made
     while n_made < T.shape[0] and n > 0:
         cnt, key = H[0, 0], H[0, 1]
         n -= 1
@@ -161,7 +162,8 @@ def _loop(
             n_made += 1
         out[m, 0], out[m, 1], out[m, 2] = a, b, c
         m += 1
-        nt, e = 0, P[p, HEAD]  # pairs touched, the list of words that hold (a, b)
+        nt = 0  # pairs touched
+        e = P[p, HEAD]  # the list of words that hold (a, b)
         while e >= 0:
             w, e = E[e, 0], E[e, 1]
             f, s = wcount[w], starts[w]
@@ -201,13 +203,21 @@ def _loop(
     return m
 
 
-def merge_loop(sym, starts, wcount, n_tokens, progress) -> np.ndarray:
+def merge_loop(
+    sym: np.ndarray, starts: np.ndarray, wcount: np.ndarray, n_tokens: int, progress: np.ndarray
+) -> np.ndarray:
     """Merge until there are `n_tokens` tokens (bytes included) or no pair is left.
 
-    sym: int32 (S,) byte ids of all words, rewritten in place; starts: int64 (W + 1,) word offsets;
-    wcount: int64 (W,) occurrences; progress: int64 (1,) set to the number of tokens made so far,
-    readable from another thread (the loop releases the GIL). Returns int64 (M, 3) merges as rows
-    (left, right, new id).
+    Arguments:
+        sym: (S,) int32 byte ids of all words, one after another; rewritten in place.
+        starts: (W + 1,) int64 offsets of the words in `sym`.
+        wcount: (W,) int64 occurrences of each word.
+        n_tokens: tokens to reach, the 256 bytes included.
+        progress: (1,) int64, set to the number of tokens made so far, readable from another
+            thread (the loop releases the GIL).
+
+    Returns:
+        (M, 3) int64 merges as rows (left, right, new id), in the order learned.
     """
     S = sym.shape[0]
     # pairs, list entries, heap entries: at most S initial ones + 2 per merged occurrence
