@@ -357,6 +357,27 @@ def test_cifar_reader(tmp_path):
         datasets.cifar10("test", root=tmp_path)
 
 
+def test_load_images_reads_a_known_data_set_with_its_reader(tmp_path, monkeypatch):
+    """load_images calls frost.datasets' readers directly (no cycle: datasets imports nothing of
+    frost.data), here on CIFAR-10 files written in FROST_DATA."""
+    assert data.DATASETS["cifar10"][0] is datasets.cifar10
+    images = RNG.integers(0, 256, (6, 32, 32, 3), dtype=np.uint8)
+    labels = np.array([4, 0, 9, 1, 2, 3], np.uint8)
+    records = np.concatenate([labels[:, None], images.transpose(0, 3, 1, 2).reshape(6, -1)], axis=1)
+    folder = tmp_path / "cifar-10-batches-bin"
+    folder.mkdir()
+    for name in [f"data_batch_{i}.bin" for i in range(1, 6)] + ["test_batch.bin"]:
+        (folder / name).write_bytes(records.tobytes())
+    monkeypatch.setenv("FROST_DATA", str(tmp_path))
+    d = data.load_images("cifar10", limit=4)
+    assert (len(d.train), len(d.test), d.shape, d.classes, d.pad) == (4, 4, (32, 32, 3), 10, 4)
+    image, label = d.train[1]
+    np.testing.assert_array_equal(image, images[1])
+    assert label == labels[1]
+    with pytest.raises(UsageError, match="not a known data set"):
+        data.load_images(str(tmp_path / "nowhere"))
+
+
 def test_image_folder_and_unreadable_image(tmp_path):
     from PIL import Image
 
