@@ -105,8 +105,10 @@ class Checked:
     def __post_init__(self):
         """Raise UsageError for the first field whose value is not allowed, then run `check()`."""
         for f in dataclasses.fields(self):
-            meta, value = _meta(type(self), f.name), getattr(self, f.name)
-            choices, check = meta.get("choices"), meta.get("check")
+            meta = _meta(type(self), f.name)
+            value = getattr(self, f.name)
+            choices = meta.get("choices")
+            check = meta.get("check")
             problem = None
             if choices is not None and value not in choices:
                 problem = f"choose one of {', '.join(map(str, choices))}"
@@ -156,7 +158,8 @@ def add_options(parser: argparse.ArgumentParser, classes, labels=None) -> None:
                 seen[f.name] = (hints[f.name], meta, [])
             seen[f.name][2].append((label, f.default))
     for name, (hint, meta, defaults) in seen.items():
-        kind, choices = _arg_type(hint), meta.get("choices")
+        kind = _arg_type(hint)
+        choices = meta.get("choices")
         help = (meta.get("help", "") + _defaults(defaults)).replace("%", "%%")
         if kind is bool:  # --x / --no-x
             how = {"action": argparse.BooleanOptionalAction}
