@@ -140,3 +140,10 @@ def test_pages_render_in_a_browser(site, browser, page, query, highlighted):
     if highlighted:  # the home page has no code
         tokens = browser.find_elements(By.CSS_SELECTOR, ".highlight .kn, .highlight .nf")
         assert tokens, "no code block carries Pygments' token classes"
+
+
+def test_the_readmes_test_command_is_what_ci_runs():
+    """.ci/run ends with the README's test command, character for character."""
+    ci = (ROOT / ".ci" / "run").read_text().strip().splitlines()[-1]
+    readme = [line for code in blocks(ROOT / "README.md", "bash") for line in code.splitlines()]
+    assert ci in readme and "pytest" in ci, ci
