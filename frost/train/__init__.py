@@ -8,6 +8,7 @@ import importlib
 _NAMES = {
     "classification_loss": "losses",
     "cross_entropy": "losses",
+    "FitConfig": "loop",
     "NonFiniteError": "loop",
     "TrainState": "loop",
     "evaluate": "loop",
