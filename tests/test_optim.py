@@ -116,6 +116,29 @@ OPTAX_TABLE = {
         optax.MultiSteps(optax.adamw(1e-2), 3),
         False,
     ),
+    # apply_every sums k gradients and emits them every k-th step; the Adam after it steps on
+    # every step, zeros in between (unlike accumulate, which steps its inner optimizer once).
+    "apply_every_then_adam": lambda: (
+        fo.chain(fo.apply_every(3), fo.scale_by_adam(), fo.scale_by_learning_rate(1e-2)),
+        optax.chain(optax.apply_every(3), optax.scale_by_adam(), optax.scale(-1e-2)),
+        False,
+    ),
+    # optax's names: trace(decay=...), and Lion's sign variants (mode=, smooth_beta=)
+    "trace_decay": lambda: (
+        fo.chain(fo.trace(decay=0.8, nesterov=True), fo.scale_by_learning_rate(0.05)),
+        optax.chain(optax.trace(decay=0.8, nesterov=True), optax.scale(-0.05)),
+        False,
+    ),
+    "lion_smooth": lambda: (
+        fo.chain(fo.scale_by_lion(mode="smooth", smooth_beta=2.0), fo.scale_by_learning_rate(1e-2)),
+        optax.chain(optax.scale_by_lion(mode="smooth", smooth_beta=2.0), optax.scale(-1e-2)),
+        False,
+    ),
+    "lion_refined": lambda: (
+        fo.chain(fo.scale_by_lion(0.5, mode="refined"), fo.scale_by_learning_rate(1e-2)),
+        optax.chain(optax.scale_by_lion(0.5, mode="refined"), optax.scale(-1e-2)),
+        False,
+    ),
     # optax transforms inside a Frost chain...
     "frost_chain_of_optax": lambda: (
         fo.chain(

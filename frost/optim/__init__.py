@@ -1,8 +1,9 @@
 """frost.optim: optax-compatible gradient transformations and named optimizers.
 
-base.py: the protocol (GradientTransformation, chain, apply_updates, masks, hyper-parameters);
-transforms.py: small steps; optimizers.py: named optimizers as chains; schedules.py;
-scaling.py: fp16 dynamic loss scaling, an optimizer wrapper.
+base.py: the protocol (GradientTransformation, chain, apply_updates, masks, hyper-parameters,
+and the type aliases ScalarOrSchedule, Schedule, MaskOrFn); transforms.py: small steps;
+optimizers.py: named optimizers as chains; schedules.py; scaling.py: fp16 dynamic loss scaling,
+an optimizer wrapper; registry.py: optimizers by name, for the CLI and the audit.
 """
 
 from frost.optim import scaling, schedules
@@ -12,7 +13,10 @@ from frost.optim.base import (
     GradientTransformation,
     MaskedNode,
     MaskedState,
+    MaskOrFn,
     PartitionState,
+    ScalarOrSchedule,
+    Schedule,
     apply_updates,
     call_update,
     chain,
@@ -49,6 +53,7 @@ from frost.optim.transforms import (
     accumulate,
     add_decayed_weights,
     all_finite,
+    apply_every,
     clip,
     clip_by_global_norm,
     ema_params,

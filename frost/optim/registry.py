@@ -2,8 +2,8 @@
 
     entry = resolve("sophia")                 # or "adamw", ..., or "my_module:make"
     opt = entry.make(learning_rate, weight_decay=0.1, mask=decay_mask)
-    entry.hessian                             # "gnb" | "hutchinson" | None: the step's Sophia
-    estimator
+    entry.hessian                             # "gnb" | "hutchinson" | None: the step's
+                                              # Sophia estimator
 
 Every entry's `make(learning_rate, **hyperparams)` returns an optax-protocol
 GradientTransformation. A user optimizer is named `MODULE:FUNCTION` (imported from sys.path, the
@@ -26,16 +26,27 @@ import pathlib
 import sys
 import traceback
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 
 from frost.config import UsageError
-from frost.optim import optimizers as o
-from frost.optim.base import decay_mask
+from frost.optim import optimizers
+from frost.optim.base import GradientTransformation, ScalarOrSchedule, decay_mask
 
 
 class Entry(NamedTuple):
+    """A registry entry.
+
+    Attributes:
+        make: `make(learning_rate, **hyperparams)` -> a GradientTransformation, or
+            (optimizer, eval_params).
+        hessian: the Hessian-diagonal estimator the training step feeds a Sophia state: "gnb"
+            (Gauss-Newton-Bartlett), "hutchinson", or None for optimizers without one.
+        file: a user optimizer's module file; None for Frost's own.
+        digest: a hash of that file, part of the key of its audit runs.
+    """
+
     make: Callable  # (learning_rate, **hyperparams) -> GradientTransformation
     hessian: str | None = None
     file: str | None = None  # a user optimizer's module file
@@ -43,7 +54,14 @@ class Entry(NamedTuple):
 
 
 class WithEval(NamedTuple):
-    """An optimizer whose parameters to evaluate are `eval_params(params, state)`."""
+    """An optimizer whose parameters to evaluate are `eval_params(params, state)`.
+
+    Attributes:
+        init: the optimizer's init.
+        update: the optimizer's update.
+        eval_params: `eval_params(params, state)` -> the parameters to evaluate (schedule-free
+            AdamW's averaged point).
+    """
 
     init: Callable
     update: Callable
@@ -52,13 +70,13 @@ class WithEval(NamedTuple):
 
 OPTIMIZERS = {
     # with Nesterov momentum 0.9
-    "sgd": Entry(functools.partial(o.sgd, momentum=0.9, nesterov=True)),
-    "adam": Entry(o.adam),
-    "adamw": Entry(o.adamw),
-    "lion": Entry(o.lion),
-    "sophia": Entry(o.sophia, "gnb"),
-    "sophia-h": Entry(o.sophia, "hutchinson"),
-    "muon": Entry(o.muon),
+    "sgd": Entry(functools.partial(optimizers.sgd, momentum=0.9, nesterov=True)),
+    "adam": Entry(optimizers.adam),
+    "adamw": Entry(optimizers.adamw),
+    "lion": Entry(optimizers.lion),
+    "sophia": Entry(optimizers.sophia, "gnb"),
+    "sophia-h": Entry(optimizers.sophia, "hutchinson"),
+    "muon": Entry(optimizers.muon),
 }
 # files that are not a user's: Python's import machinery ("<frozen ...>"), Frost's, JAX's
 _NOT_USER = ("<", str(pathlib.Path(__file__).parents[1]), str(pathlib.Path(jax.__file__).parent))
@@ -67,12 +85,29 @@ NAMES = (*OPTIMIZERS, *ALIASES)  # every built-in name
 
 
 def frost_own(name: str) -> bool:
-    """Whether `name` is one of the registry's optimizers (not a user's MODULE:FUNCTION)."""
+    """Whether `name` is one of the registry's optimizers (not a user's MODULE:FUNCTION).
+
+    Arguments:
+        name: an --optimizer value.
+
+    Returns:
+        True for a name in OPTIMIZERS or ALIASES.
+    """
     return ALIASES.get(name, name) in OPTIMIZERS
 
 
 def resolve(name: str) -> Entry:
-    """The registry entry for `name`, or a user's `MODULE:FUNCTION`; UsageError if neither."""
+    """The registry entry for `name`, or a user's `MODULE:FUNCTION`, imported.
+
+    Arguments:
+        name: a registry name ("adamw", "sgd-nesterov", ...) or "MODULE:FUNCTION".
+
+    Returns:
+        The Entry; for a user's function, with its module file and that file's digest.
+
+    Raises:
+        UsageError: neither, or the module cannot be imported, or has no such function.
+    """
     if frost_own(name):
         return OPTIMIZERS[ALIASES.get(name, name)]
     module, _, function = name.partition(":")
@@ -98,9 +133,16 @@ def resolve(name: str) -> Entry:
 
 
 def describe(e: BaseException, file: str | None = None) -> str:
-    """`Type: first line of the message (at FILE:LINE)`, the place being where a user's code
-    raised: the last frame in `file` if given, else the last one outside Frost, JAX and Python's
-    import machinery (a SyntaxError names its own)."""
+    """An exception in one line, at the place where a user's code raised it.
+
+    Arguments:
+        e: the exception, with its traceback.
+        file: the user's module file, whose last frame is the place; None: the last frame outside
+            Frost, JAX and Python's import machinery (a SyntaxError names its own).
+
+    Returns:
+        "Type: first line of the message (at FILE:LINE)".
+    """
     frames = [
         f for f in traceback.extract_tb(e.__traceback__) if not f.filename.startswith(_NOT_USER)
     ]
@@ -112,11 +154,24 @@ def describe(e: BaseException, file: str | None = None) -> str:
     return f"{type(e).__name__}: {lines[0]}{where}"
 
 
-def build(name: str, learning_rate, **hyperparams):
+def build(
+    name: str, learning_rate: ScalarOrSchedule, **hyperparams: Any
+) -> GradientTransformation | WithEval:
     """`resolve(name).make(learning_rate, **hyperparams)`; the registry's own optimizers decay
-    only matrices and kernels (`mask=decay_mask` unless given). A hyper-parameter the function
-    rejects (any exception in `make`), or a result that is neither a GradientTransformation nor
-    (optimizer, eval_params), is a UsageError naming it."""
+    only matrices and kernels (`mask=decay_mask` unless given).
+
+    Arguments:
+        name: a registry name or "MODULE:FUNCTION" (see `resolve`).
+        learning_rate: a float or a schedule (a function of the step count).
+        **hyperparams: keyword arguments for `make` (weight_decay=, b1=, ...).
+
+    Returns:
+        The optimizer, or a WithEval where `make` returned (optimizer, eval_params).
+
+    Raises:
+        UsageError: a hyper-parameter the function rejects (any exception in `make`), or a result
+            that is neither a GradientTransformation nor (optimizer, eval_params).
+    """
     if frost_own(name):
         hyperparams.setdefault("mask", decay_mask)
     entry = resolve(name)

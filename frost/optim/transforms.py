@@ -14,14 +14,17 @@ global norm), and the training step conjugates complex gradients before the upda
 """
 
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax.typing import DTypeLike
 
 from frost.optim.base import (
     GradientTransformation,
     MaskedNode,
+    MaskOrFn,
+    ScalarOrSchedule,
     call_update,
     find_states,
     hyperparam,
@@ -30,17 +33,24 @@ from frost.optim.base import (
     masked,
     stateless,
 )
-from frost.tree import where
+from frost.tree import PyTree, where
 
-Updates = Any  # a tree shaped like the params
+Updates = PyTree  # a tree shaped like the params
 
 
 def _cast(h, x):
     return h.astype(x.dtype)
 
 
-def wide(dtype):
-    """`dtype`, but at least float32: bfloat16 and float16 (and narrower) give float32."""
+def wide(dtype: jnp.dtype) -> jnp.dtype:
+    """`dtype`, but at least float32: bfloat16 and float16 (and narrower) give float32.
+
+    Arguments:
+        dtype: a NumPy dtype (`x.dtype`).
+
+    Returns:
+        `dtype` if it has 4 bytes or more, else float32.
+    """
     return dtype if dtype.itemsize >= 4 else jnp.float32
 
 
@@ -72,9 +82,16 @@ def _lift(rule, u, state, *fields, **changes):
     return trees[0], state._replace(**dict(zip(fields, trees[1:])), **changes)
 
 
-def is_off(x) -> bool:
-    """True for a weight decay or momentum that builds no transform: None or a concrete 0 (a
-    traced value, as under optax.inject_hyperparams, always builds the transform)."""
+def is_off(x: float | jax.Array | None) -> bool:
+    """Whether a weight decay or momentum builds no transform (optax's rule).
+
+    Arguments:
+        x: the hyper-parameter as given to an optimizer.
+
+    Returns:
+        True for None or a concrete 0; False otherwise, and always for a traced value (as under
+        optax.inject_hyperparams), which builds the transform.
+    """
     return x is None or (isinstance(x, (int, float)) and x == 0)
 
 
@@ -83,13 +100,27 @@ def _need_params(name, params):
         raise ValueError(f"{name} needs the parameters: call opt.update(grads, state, params)")
 
 
-def all_finite(tree) -> jax.Array:
-    """A boolean scalar: True when no leaf of `tree` holds a NaN or an Inf."""
+def all_finite(tree: PyTree) -> jax.Array:
+    """Whether every element of every leaf is finite.
+
+    Arguments:
+        tree: a tree of float (or complex) arrays.
+
+    Returns:
+        () bool array: True when no leaf holds a NaN or an Inf (True for an empty tree).
+    """
     return jnp.all(jnp.array([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)], bool))
 
 
-def global_norm(tree) -> jax.Array:
-    """sqrt(sum of |x|² over every element of every leaf), accumulated in float32 (or wider)."""
+def global_norm(tree: PyTree) -> jax.Array:
+    """The L2 norm of a whole tree: sqrt(sum of |x|² over every element of every leaf).
+
+    Arguments:
+        tree: a tree of float or complex arrays.
+
+    Returns:
+        () float array, accumulated in float32 (or wider, for float64 leaves).
+    """
 
     def sum_sq(x):
         x = x.astype(wide(x.dtype))
@@ -101,16 +132,37 @@ def global_norm(tree) -> jax.Array:
 # --- scaling and clipping -------------------------------------------------------------------
 
 
-def scale(factor: float) -> GradientTransformation:
-    """u -> factor * u."""
+def scale(factor: float | jax.Array) -> GradientTransformation:
+    """u -> factor * u, with no state (optax.scale).
+
+    Arguments:
+        factor: a scalar.
+
+    Returns:
+        A stateless GradientTransformation.
+    """
     return stateless(lambda u: jax.tree.map(lambda x: factor * x, u))
 
 
 class LearningRateState(NamedTuple):
+    """The state of `scale_by_learning_rate` for a constant learning rate.
+
+    Attributes:
+        learning_rate: () float32; set_hyperparams may change it between steps.
+    """
+
     learning_rate: jax.Array
 
 
 class ScheduleState(NamedTuple):
+    """The state of `scale_by_learning_rate` for a schedule.
+
+    Attributes:
+        count: () int32, the steps taken; the schedule is evaluated at it.
+        learning_rate: () float32, the latest step's value (before any step, the first's);
+            read-only: set_hyperparams refuses to set it.
+    """
+
     count: jax.Array
     learning_rate: jax.Array  # the latest step's value (before any step: the first's); read-only
     scheduled = ("learning_rate",)  # class attribute: set_hyperparams refuses to set these
@@ -120,9 +172,17 @@ def _descend(u, lr):
     return jax.tree.map(lambda x: -_cast(lr, x) * x, u)
 
 
-def scale_by_learning_rate(learning_rate) -> GradientTransformation:
-    """u -> -learning_rate * u (descent). A float is stored in the state, where set_hyperparams
-    can change it; a schedule (step -> value, see schedules.py) is evaluated at the step count."""
+def scale_by_learning_rate(learning_rate: ScalarOrSchedule) -> GradientTransformation:
+    """u -> -learning_rate * u: the descent step that ends every optimizer's chain.
+
+    Arguments:
+        learning_rate: a float, stored in the state (`LearningRateState`) where set_hyperparams can
+            change it; or a schedule (step -> value, see schedules.py), evaluated at the step
+            count (`ScheduleState`).
+
+    Returns:
+        A GradientTransformation.
+    """
     if not callable(learning_rate):
         return GradientTransformation(
             lambda params: LearningRateState(hyperparam(learning_rate)),
@@ -140,12 +200,27 @@ def scale_by_learning_rate(learning_rate) -> GradientTransformation:
 
 
 def clip(max_delta: float) -> GradientTransformation:
-    """Clip every element to [-max_delta, max_delta]."""
+    """Clip every element to [-max_delta, max_delta] (optax.clip).
+
+    Arguments:
+        max_delta: the largest magnitude an element keeps, > 0.
+
+    Returns:
+        A stateless GradientTransformation.
+    """
     return stateless(lambda u: jax.tree.map(lambda x: jnp.clip(x, -max_delta, max_delta), u))
 
 
 def clip_by_global_norm(max_norm: float) -> GradientTransformation:
-    """Rescale u to norm max_norm when its global norm is larger (Pascanu et al. 2013)."""
+    """Rescale the updates to global norm `max_norm` when theirs is larger (Pascanu et al. 2013,
+    "On the difficulty of training recurrent neural networks"; optax.clip_by_global_norm).
+
+    Arguments:
+        max_norm: the largest global norm (see `global_norm`) the updates keep.
+
+    Returns:
+        A stateless GradientTransformation.
+    """
 
     def fn(u):
         norm = global_norm(u)
@@ -157,15 +232,31 @@ def clip_by_global_norm(max_norm: float) -> GradientTransformation:
 
 
 class WeightDecayState(NamedTuple):
+    """The state of `add_decayed_weights`.
+
+    Attributes:
+        weight_decay: () float32, λ.
+    """
+
     weight_decay: jax.Array
 
 
-def add_decayed_weights(weight_decay: float = 0.0, mask=None) -> GradientTransformation:
-    """u -> u + weight_decay * params, where `mask` (see base.masked) is True (everywhere if None).
+def add_decayed_weights(
+    weight_decay: float | jax.Array | None = 0.0, mask: MaskOrFn | None = None
+) -> GradientTransformation:
+    """u -> u + weight_decay * params (optax.add_decayed_weights).
 
     Before an adaptive scaling this is L2 regularisation (torch.optim.Adam's weight_decay); after
     it and before the learning rate it is decoupled weight decay (Loshchilov & Hutter 2019).
-    A weight decay of None or a concrete 0 builds `identity()`: no state, no params needed."""
+
+    Arguments:
+        weight_decay: λ. None or a concrete 0 builds `identity()`: no state, no params needed.
+        mask: which leaves are decayed (see base.masked); None decays every leaf.
+
+    Returns:
+        A GradientTransformation whose update needs `params`; its state is a `WeightDecayState`
+        (inside a `MaskedState` when masked).
+    """
     if is_off(weight_decay):
         return identity()
 
@@ -183,15 +274,34 @@ def add_decayed_weights(weight_decay: float = 0.0, mask=None) -> GradientTransfo
 
 
 class TraceState(NamedTuple):
+    """The state of `trace`.
+
+    Attributes:
+        trace: the momentum buffer t, shaped like the params.
+        momentum: () float32, `trace`'s decay (named as set_hyperparams and sgd name it).
+    """
+
     trace: Updates
     momentum: jax.Array
 
 
 def trace(
-    momentum: float = 0.9, nesterov: bool = False, accumulator_dtype=None
+    decay: float | jax.Array = 0.9,
+    nesterov: bool = False,
+    accumulator_dtype: DTypeLike | None = None,
 ) -> GradientTransformation:
-    """Momentum as torch.optim.SGD: t <- g + momentum * t; output t, or with Nesterov momentum
-    (Sutskever et al. 2013) g + momentum * t."""
+    """Momentum, as torch.optim.SGD and optax.trace: t <- g + decay·t; the update is t, or with
+    Nesterov momentum (Sutskever et al. 2013, "On the importance of initialization and momentum in
+    deep learning") g + decay·t.
+
+    Arguments:
+        decay: the momentum coefficient, stored in the state as `momentum`.
+        nesterov: use Nesterov momentum.
+        accumulator_dtype: the dtype of t; None: the parameters' dtype, but at least float32.
+
+    Returns:
+        A GradientTransformation with a `TraceState`.
+    """
 
     def update(u, state, params=None):
         def rule(g, t):
@@ -202,11 +312,21 @@ def trace(
         return _lift(rule, u, state, "trace")
 
     return GradientTransformation(
-        lambda params: TraceState(_zeros(params, accumulator_dtype), hyperparam(momentum)), update
+        lambda params: TraceState(_zeros(params, accumulator_dtype), hyperparam(decay)), update
     )
 
 
 class AdamState(NamedTuple):
+    """The state of `scale_by_adam`.
+
+    Attributes:
+        count: () int32, the steps taken.
+        mu: the first moment m, shaped like the params, in `mu_dtype`.
+        nu: the second moment v, shaped like the params, at least float32.
+        b1: () float32, m's decay.
+        b2: () float32, v's decay.
+    """
+
     count: jax.Array
     mu: Updates
     nu: Updates
@@ -215,11 +335,35 @@ class AdamState(NamedTuple):
 
 
 def scale_by_adam(
-    b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, eps_root: float = 0.0, mu_dtype=None
+    b1: float | jax.Array = 0.9,
+    b2: float | jax.Array = 0.999,
+    eps: float = 1e-8,
+    eps_root: float = 0.0,
+    mu_dtype: DTypeLike | None = None,
 ) -> GradientTransformation:
-    """Adam (Kingma & Ba 2015): m <- b1 m + (1-b1) g;  v <- b2 v + (1-b2) |g|²;
-    u = m̂ / (sqrt(v̂ + eps_root) + eps) with m̂ = m / (1 - b1^t), v̂ = v / (1 - b2^t).
-    `mu_dtype` sets m's dtype (optax's keyword); v is at least float32."""
+    """Adam's scaling (Kingma & Ba 2015, "Adam: A Method for Stochastic Optimization";
+    optax.scale_by_adam):
+
+        m <- b1·m + (1-b1)·g;   v <- b2·v + (1-b2)·|g|²;
+        u = m̂ / (sqrt(v̂ + eps_root) + eps),   m̂ = m / (1 - b1^t),   v̂ = v / (1 - b2^t)
+
+    b1 and b2 are float32 values in the state (set_hyperparams changes them), and 1 - b2 is
+    computed from that float32 value, as in optax.inject_hyperparams(optax.scale_by_adam), which
+    gives the same numbers bit for bit. Plain optax computes 1 - b2 from the Python float: for
+    b2 = 0.999 the two weights differ by 1.3e-5 relative (float32(0.999) is 1 - 0.99998713e-3),
+    and the updates by about 6e-6. Here the weights of the bias-corrected average sum to 1.
+
+    Arguments:
+        b1: the first moment's decay.
+        b2: the second moment's decay.
+        eps: added to sqrt(v̂), outside the root.
+        eps_root: added to v̂, inside the root.
+        mu_dtype: m's dtype (optax's keyword); None: the parameters' dtype, but at least float32.
+            v is at least float32 either way.
+
+    Returns:
+        A GradientTransformation with an `AdamState`.
+    """
 
     def init(params):
         return AdamState(
@@ -250,18 +394,65 @@ def scale_by_adam(
 
 
 class LionState(NamedTuple):
+    """The state of `scale_by_lion`.
+
+    Attributes:
+        mu: the momentum m, shaped like the params.
+        b1: () float32, the interpolation weight of m in the update.
+        b2: () float32, m's decay.
+    """
+
     mu: Updates
     b1: jax.Array
     b2: jax.Array
 
 
-def scale_by_lion(b1: float = 0.9, b2: float = 0.99, mu_dtype=None) -> GradientTransformation:
-    """Lion (Chen et al. 2023): u = sign((1-b1) g + b1 m);  m <- (1-b2) g + b2 m."""
+_LION_MODES = ("hard", "smooth", "refined")
+
+
+def scale_by_lion(
+    b1: float | jax.Array = 0.9,
+    b2: float | jax.Array = 0.99,
+    mu_dtype: DTypeLike | None = None,
+    *,
+    mode: Literal["hard", "smooth", "refined"] = "hard",
+    smooth_beta: float = 1.0,
+) -> GradientTransformation:
+    """Lion's scaling (Chen et al. 2023, "Symbolic Discovery of Optimization Algorithms";
+    optax.scale_by_lion):
+
+        x = (1-b1)·g + b1·m;   u = sign(x);   m <- (1-b2)·g + b2·m
+
+    `mode` picks optax's variants of the sign: "smooth" is tanh(smooth_beta·x), "refined" keeps
+    x where |x| < 1 and takes the sign beyond.
+
+    Arguments:
+        b1: the weight of m in the update's interpolation.
+        b2: m's decay.
+        mu_dtype: m's dtype; None: the parameters' dtype, but at least float32.
+        mode: "hard" (the paper's sign), "smooth" or "refined".
+        smooth_beta: the slope of tanh at 0 in "smooth" mode.
+
+    Returns:
+        A GradientTransformation with a `LionState`.
+
+    Raises:
+        ValueError: an unknown `mode` (here, when built; optax raises at the first update).
+    """
+    if mode not in _LION_MODES:
+        raise ValueError(f"scale_by_lion: mode must be one of {_LION_MODES}, got {mode!r}")
+
+    def direction(x):
+        if mode == "smooth":
+            return jnp.tanh(smooth_beta * x)
+        if mode == "refined":
+            return jnp.where(jnp.abs(x) < 1, x, jnp.sign(x))
+        return jnp.sign(x)
 
     def update(u, state, params=None):
         def rule(g, m):
             beta1, beta2 = _cast(state.b1, g), _cast(state.b2, g)
-            return jnp.sign((1 - beta1) * g + beta1 * m), (1 - beta2) * g + beta2 * m
+            return direction((1 - beta1) * g + beta1 * m), (1 - beta2) * g + beta2 * m
 
         return _lift(rule, u, state, "mu")
 
@@ -275,6 +466,19 @@ def scale_by_lion(b1: float = 0.9, b2: float = 0.99, mu_dtype=None) -> GradientT
 
 
 class SophiaState(NamedTuple):
+    """The state of `scale_by_sophia`.
+
+    Attributes:
+        count: () int32, the optimizer steps taken.
+        mu: the EMA of the gradients m, shaped like the params.
+        h: the EMA of the Hessian-diagonal estimates, shaped like the params; refreshed by
+            `update_hessian`, never by the update itself.
+        h_step: () int32, the count at which h was last refreshed (-1: never).
+        interval: () int32, k: h is refreshed on steps 0, k, 2k, ...
+        b1: () float32, m's decay.
+        b2: () float32, h's decay.
+    """
+
     count: jax.Array  # optimizer steps taken
     mu: Updates  # EMA of the gradients
     h: Updates  # EMA of the Hessian-diagonal estimates, refreshed by update_hessian
@@ -285,20 +489,33 @@ class SophiaState(NamedTuple):
 
 
 def scale_by_sophia(
-    b1: float = 0.965,
-    b2: float = 0.99,
+    b1: float | jax.Array = 0.965,
+    b2: float | jax.Array = 0.99,
     gamma: float = 0.01,
     eps: float = 1e-12,
     interval: int = 10,
-    state_dtype=None,
+    state_dtype: DTypeLike | None = None,
 ) -> GradientTransformation:
-    """Sophia (Liu et al. 2023, Algorithm 3): m <- b1 m + (1-b1) g;  u = clip(m / max(gamma h, eps),
-    -1, 1).
+    """Sophia's scaling (Liu et al. 2023, "Sophia: A Scalable Stochastic Second-order Optimizer
+    for Language Model Pre-training", Algorithm 3):
+
+        m <- b1·m + (1-b1)·g;   u = clip(m / max(gamma·h, eps), -1, 1)
 
     The Hessian EMA h is not computed here: the training step calls `update_hessian` just before
     `opt.update`; it evaluates an estimator (`hutchinson` or `gauss_newton_bartlett`) only on
-    every k-th step (`interval`) and folds it in as h <- b2 h + (1-b2) ĥ. A step that never calls
+    every k-th step (`interval`) and folds it in as h <- b2·h + (1-b2)·ĥ. A step that never calls
     it keeps h = 0, and the update degrades to clip(m / eps) = sign(m), sign descent.
+
+    Arguments:
+        b1: m's decay.
+        b2: h's decay.
+        gamma: γ, the scale of h in the denominator.
+        eps: the denominator's floor.
+        interval: k, the steps between Hessian refreshes.
+        state_dtype: the dtype of m and h; None: the parameters' dtype, but at least float32.
+
+    Returns:
+        A GradientTransformation with a `SophiaState`; it refuses complex parameters at init.
     """
 
     def init(params):
@@ -324,14 +541,27 @@ def scale_by_sophia(
     return GradientTransformation(init, update)
 
 
-def update_hessian(state, estimate: Callable[[], Any]) -> Any:
+def update_hessian(state: PyTree, estimate: Callable[[], PyTree]) -> PyTree:
     """Refresh the Hessian EMA of every Sophia state in `state` on its refresh steps.
 
-    `estimate` takes no arguments and returns a params-shaped tree, for example
-    `lambda: gauss_newton_bartlett(logits_fn, params, key=key)`. It runs under `lax.cond`, so it
-    costs its extra forward and backward pass only when the step count is a multiple of the
-    interval, once per step (with gradient accumulation, on the first micro-step). A non-finite
-    estimate is dropped and h is kept.
+    It runs `estimate` under `lax.cond`, so the estimate costs its extra forward and backward pass
+    only when the step count is a multiple of the interval, once per step (with gradient
+    accumulation, on the first micro-step). A non-finite estimate is dropped and h is kept.
+
+    ```python
+    state = update_hessian(state, lambda: gauss_newton_bartlett(logits_fn, params, key=key))
+    updates, state = opt.update(grads, state, params)
+    ```
+
+    Arguments:
+        state: an optimizer state holding at least one `SophiaState`.
+        estimate: a function of no arguments that returns a params-shaped tree ĥ.
+
+    Returns:
+        The state with each due SophiaState's h <- b2·h + (1-b2)·ĥ and its h_step set.
+
+    Raises:
+        ValueError: `state` holds no SophiaState.
     """
     if not find_states(state, SophiaState):
         raise ValueError(
@@ -344,7 +574,8 @@ def update_hessian(state, estimate: Callable[[], Any]) -> Any:
 
         def fold():
             est = estimate()
-            ok, b2 = all_finite(est), s.b2
+            ok = all_finite(est)
+            b2 = s.b2
 
             def new(h, e):
                 if isinstance(h, MaskedNode):
@@ -361,11 +592,20 @@ def update_hessian(state, estimate: Callable[[], Any]) -> Any:
     return map_states(refresh, state)
 
 
-def hutchinson(loss_fn: Callable, params, *, key) -> Updates:
+def hutchinson(loss_fn: Callable[[PyTree], jax.Array], params: PyTree, *, key: jax.Array) -> PyTree:
     """Hutchinson's estimator of diag(∇²L) (Sophia-H): ĥ = u ⊙ (∇²L(θ) u), u ~ N(0, I).
 
     Unbiased, E[u_i (Hu)_i] = H_ii, at the cost of one Hessian-vector product
-    (forward-over-reverse). `loss_fn(params)` returns the scalar loss on the current batch."""
+    (forward-over-reverse).
+
+    Arguments:
+        loss_fn: `loss_fn(params)` -> the () scalar loss on the current batch.
+        params: the parameters θ.
+        key: a PRNG key (`jax.random.key`), for u.
+
+    Returns:
+        ĥ, shaped like `params`.
+    """
     leaves, treedef = jax.tree.flatten(params)
     keys = jax.random.split(key, len(leaves))
     u = treedef.unflatten([jax.random.normal(k, p.shape, p.dtype) for k, p in zip(keys, leaves)])
@@ -373,13 +613,24 @@ def hutchinson(loss_fn: Callable, params, *, key) -> Updates:
     return jax.tree.map(jnp.multiply, u, hu)
 
 
-def gauss_newton_bartlett(logits_fn: Callable, params, *, key) -> Updates:
+def gauss_newton_bartlett(
+    logits_fn: Callable[[PyTree], jax.Array], params: PyTree, *, key: jax.Array
+) -> PyTree:
     """The Gauss-Newton-Bartlett estimator (Sophia-G) for a softmax cross-entropy model.
 
     Sample labels from the model itself, ŷ_b ~ softmax(f(θ, x_b)); with L̂ the mean cross-entropy
     against them over the B predictions, ĥ = B · ∇L̂ ⊙ ∇L̂, whose expectation is the diagonal of
-    the Gauss-Newton matrix. `logits_fn(params)` returns logits (..., V); every position counts
-    as a prediction (B = tokens in a language model). One forward and one backward pass."""
+    the Gauss-Newton matrix. One forward and one backward pass.
+
+    Arguments:
+        logits_fn: `logits_fn(params)` -> (..., V) logits on the current batch; every position
+            counts as a prediction (B = tokens in a language model).
+        params: the parameters θ.
+        key: a PRNG key (`jax.random.key`), for the sampled labels.
+
+    Returns:
+        ĥ, shaped like `params`.
+    """
     logits, vjp = jax.vjp(logits_fn, params)  # (..., V)
     flat = logits.reshape(-1, logits.shape[-1])  # (B, V)
     batch = flat.shape[0]
@@ -394,15 +645,34 @@ def gauss_newton_bartlett(logits_fn: Callable, params, *, key) -> Updates:
 
 
 class MuonState(NamedTuple):
+    """The state of `scale_by_muon`.
+
+    Attributes:
+        count: () int32, the steps taken.
+        mu: the momentum m, shaped like the params.
+        momentum: () float32, μ.
+    """
+
     count: jax.Array
     mu: Updates
     momentum: jax.Array
 
 
-def newton_schulz(x, steps: int = 5, eps: float = 1e-7) -> jax.Array:
+def newton_schulz(x: jax.Array, steps: int = 5, eps: float = 1e-7) -> jax.Array:
     """Orthogonalise a matrix: G = U S V^T -> about U V^T, with Jordan's quintic Newton-Schulz
-    iteration X <- aX + (bA + cA²)X, A = XX^T. Its coefficients buy speed over accuracy: the
-    singular values land in about [0.7, 1.2] rather than at 1, which trains as well."""
+    iteration X <- aX + (bA + cA²)X, A = XX^T.
+
+    Its coefficients buy speed over accuracy: the singular values land in about [0.7, 1.2] rather
+    than at 1, which trains as well.
+
+    Arguments:
+        x: (m, n) float matrix.
+        steps: the iterations.
+        eps: added to the Frobenius norm x is first divided by.
+
+    Returns:
+        (m, n) array of `x`'s dtype, with singular values near 1.
+    """
     a, b, c = 3.4445, -4.7750, 2.0315
     tall = x.shape[0] > x.shape[1]
     x = x.T if tall else x  # (m, n), m <= n: the Gram matrix A is the smaller one
@@ -414,21 +684,37 @@ def newton_schulz(x, steps: int = 5, eps: float = 1e-7) -> jax.Array:
 
 
 def scale_by_muon(
-    momentum: float = 0.95,
+    momentum: float | jax.Array = 0.95,
     nesterov: bool = True,
     ns_steps: int = 5,
-    mu_dtype=None,
+    mu_dtype: DTypeLike | None = None,
     bias_correction: bool = False,
 ) -> GradientTransformation:
-    """Muon (Jordan et al. 2024) for 2-D weights W (in, out):
-    m <- momentum m + (1-momentum) g;  v = momentum m + (1-momentum) g if nesterov else m;
-    u = newton_schulz(v) * sqrt(max(1, out / in)).
-    `bias_correction=True` is optax.contrib.muon's variant: at step t, m / (1 - momentum^(t+1))
-    and g / (1 - momentum^t) in the Nesterov mix (m / (1 - momentum^t) without Nesterov)."""
+    """Muon's scaling (Jordan et al. 2024, "Muon: An optimizer for hidden layers in neural
+    networks") for 2-D weights W (in, out):
+
+        m <- μ·m + (1-μ)·g;   v = μ·m + (1-μ)·g if nesterov else m;
+        u = newton_schulz(v)·sqrt(max(1, out / in))
+
+    `bias_correction=True` is optax.contrib.muon's variant: at step t, m / (1 - μ^(t+1)) and
+    g / (1 - μ^t) in the Nesterov mix (m / (1 - μ^t) without Nesterov).
+
+    Arguments:
+        momentum: μ.
+        nesterov: use Nesterov momentum.
+        ns_steps: Newton-Schulz iterations.
+        mu_dtype: m's dtype; None: the parameters' dtype, but at least float32.
+        bias_correction: bias-correct the momentum as optax.contrib.muon does.
+
+    Returns:
+        A GradientTransformation with a `MuonState`; its update raises ValueError on a leaf that
+        is not 2-D (`muon()` sends those to AdamW), its init on complex parameters.
+    """
 
     def update(u, state, params=None):
         t = state.count + 1
-        c_now = c_next = jnp.ones([], jnp.float32)
+        c_now = jnp.ones([], jnp.float32)
+        c_next = jnp.ones([], jnp.float32)
         if bias_correction:
             c_now = 1 - jax.lax.pow(state.momentum, t)
             c_next = 1 - jax.lax.pow(state.momentum, t + 1)
@@ -441,7 +727,8 @@ def scale_by_muon(
                 )
             mom = _cast(state.momentum, g)
             m = mom * m + (1 - mom) * g
-            m_hat, g_hat = m / _cast(c_next, m), g / _cast(c_now, g)
+            m_hat = m / _cast(c_next, m)
+            g_hat = g / _cast(c_now, g)
             v = mom * m_hat + (1 - mom) * g_hat if nesterov else m / _cast(c_now, m)
             return newton_schulz(v, ns_steps) * max(1.0, g.shape[1] / g.shape[0]) ** 0.5, m
 
@@ -458,14 +745,30 @@ def scale_by_muon(
 
 
 class EmaState(NamedTuple):
+    """The state of `ema_params`.
+
+    Attributes:
+        ema: the moving average of the parameters, shaped like them, in float32 (or wider).
+        decay: () float32.
+    """
+
     ema: Updates  # float32 (or wider) copy of the parameters' moving average
     decay: jax.Array
 
 
-def ema_params(decay: float = 0.999) -> GradientTransformation:
+def ema_params(decay: float | jax.Array = 0.999) -> GradientTransformation:
     """Keep an exponential moving average of the parameters after each step (Polyak averaging):
-    ema <- decay ema + (1-decay) (params + u). Put it last in a chain; u passes through. Read it
-    with `find_states(state, EmaState)[0].ema`; it is kept in float32 for low-precision params."""
+    ema <- decay·ema + (1-decay)·(params + u).
+
+    Put it last in a chain; u passes through. Read the average with
+    `find_states(state, EmaState)[0].ema`; it is kept in float32 for low-precision params.
+
+    Arguments:
+        decay: the average's decay per step.
+
+    Returns:
+        A GradientTransformation with an `EmaState`, whose update needs `params`.
+    """
 
     def init(params):
         return EmaState(jax.tree.map(lambda p: p.astype(wide(p.dtype)), params), hyperparam(decay))
@@ -483,15 +786,31 @@ def ema_params(decay: float = 0.999) -> GradientTransformation:
 
 
 class AccumulateState(NamedTuple):
-    inner: Any
+    """The state of `accumulate` (and `apply_every`).
+
+    Attributes:
+        inner: the inner transform's state, changed only on the k-th micro-step.
+        acc: the mean of this window's gradients so far, shaped like the params.
+        micro_step: () int32, 0 .. k-1.
+    """
+
+    inner: PyTree
     acc: Updates  # the mean of this window's gradients so far
     micro_step: jax.Array  # 0 .. k-1
 
 
-def accumulate(inner, k: int) -> GradientTransformation:
+def accumulate(inner: GradientTransformation, k: int) -> GradientTransformation:
     """Gradient accumulation (as optax.MultiSteps): average the gradients of k micro-steps; on the
     k-th, apply `inner` to the mean and return its updates; before that return zeros (so the
-    params stay put) and leave inner's state untouched."""
+    params stay put) and leave inner's state untouched.
+
+    Arguments:
+        inner: the optimizer that sees one mean gradient every k micro-steps.
+        k: micro-steps per optimizer step.
+
+    Returns:
+        A GradientTransformation with an `AccumulateState`; extra update arguments reach `inner`.
+    """
 
     def init(params):
         return AccumulateState(
@@ -512,3 +831,19 @@ def accumulate(inner, k: int) -> GradientTransformation:
         return out, AccumulateState(inner_state, acc, (n + 1) % k)
 
     return GradientTransformation(init, update)
+
+
+def apply_every(k: int = 1) -> GradientTransformation:
+    """Emit the sum of the last k updates every k-th step and zeros in between (optax.apply_every).
+
+    Unlike `accumulate`, the transforms after it in a chain still update their states on every
+    step (on zeros between emissions); use `accumulate` to step an optimizer once per window.
+    Built as `accumulate(scale(k), k)`: k times the window's mean.
+
+    Arguments:
+        k: steps per emission.
+
+    Returns:
+        A GradientTransformation with an `AccumulateState`.
+    """
+    return accumulate(scale(k), k)
