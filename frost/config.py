@@ -2,27 +2,36 @@
 command-line options generated from its fields, so the CLI, the README and the job cannot drift.
 
     @dataclasses.dataclass(frozen=True)
-    class Config(JobConfig):
+    class Config(Checked):
         lr: float = option(0.1, "peak learning rate", positive)
         optimizer: str = option("sgd", "optimizer", choices=("sgd", "adamw"))
 
     class LMConfig(Config):      # a per-job default: redeclare the field, the help is inherited
         lr: float = 2e-3
 
-    add_options(parser, [Config, LMConfig])    # --lr, --optimizer, with each job's default in the
-    help cfg = from_args(LMConfig, args)             # options left unset take the job's defaults
+    add_options(parser, [Config, LMConfig])  # --lr, --optimizer; each job's default in the help
+    cfg = from_args(LMConfig, args)          # options left unset take the job's defaults
 
 A field's `check` returns None when the value is allowed, or what is allowed ("must be > 0").
 Building a config with a bad value raises `UsageError("--lr -1.0: must be > 0")`: the CLI prints
-that one line as `frost: error: ...` and exits 2. `UsageError` is the class of every user's
-mistake Frost reports (bad flags, missing or too-small data, stale run directories); its base
-`FrostError` covers errors that are not a mistake but need no traceback either (exit 1).
+that one line as `frost: error: ...` and exits 2. An empty string never means "the default":
+`--sizes ''` is refused ("must not be empty") unless the field says, with `option(empty=True)`,
+that an empty value means something of its own. A path that a command writes (a run directory, a
+cache, an output file) is checked with `output_folder` or `output_file` when the config is
+built, so a path that cannot be written is one line at start-up, before any work.
+
+`UsageError` is the class of every user's mistake Frost reports (bad flags, missing or too-small
+data, stale run directories); its base `FrostError` covers errors that are not a mistake but
+need no traceback either (exit 1).
 """
 
 import argparse
 import dataclasses
 import importlib.util
 import math
+import os
+import pathlib
+import tempfile
 import typing
 from collections.abc import Callable
 from typing import Any
@@ -42,10 +51,27 @@ class MissingData(UsageError, FileNotFoundError):
     to install it (a UsageError at the CLI, and still a FileNotFoundError for library callers)."""
 
 
-def option(default, help: str, check=None, choices=None, cli: bool = True, short: str = "") -> Any:
+def option(
+    default,
+    help: str,
+    check=None,
+    choices=None,
+    cli: bool = True,
+    short: str = "",
+    empty: bool = False,
+) -> Any:
     """A config field with its help text, its check, its allowed values and its short flag
-    (`-o`). A `tuple[str, ...]` field is a repeatable option (`--special A --special B`)."""
-    metadata = {"help": help, "check": check, "choices": choices, "cli": cli, "short": short}
+    (`-o`). A `tuple[str, ...]` field is a repeatable option (`--special A --special B`). An empty
+    string (or an empty entry of a tuple) is refused unless `empty` is True: the field declares
+    that an empty value means something (it never means "the default")."""
+    metadata = {
+        "help": help,
+        "check": check,
+        "choices": choices,
+        "cli": cli,
+        "short": short,
+        "empty": empty,
+    }
     return dataclasses.field(default=default, metadata=metadata)
 
 
@@ -90,6 +116,63 @@ def optional(check) -> Callable[[Any], str | None]:
     return lambda x: None if x is None else check(x)
 
 
+def every(*checks) -> Callable[[Any], str | None]:
+    """All of `checks`, in order: the first problem found (`every(required, output_file)`)."""
+
+    def check(x):
+        for one in checks:
+            problem = one(x)
+            if problem:
+                return problem
+        return None
+
+    return check
+
+
+# --- checks of the paths a command writes: the one place they are checked, at start-up ---
+
+
+def output_folder(path: str) -> str | None:
+    """A folder a command writes in (a run directory, a cache): an existing folder, or one that
+    can be made, with the folders above it that are missing."""
+    if not path:  # pathlib reads "" as the current folder
+        return "must not be empty"
+    target = pathlib.Path(path).expanduser()
+    if target.exists() and not target.is_dir():
+        return "is a file, not a folder; give a folder"
+    return _writable(target)
+
+
+def output_file(path: str) -> str | None:
+    """A file a command writes (a tokenizer, a token file, a plot): in an existing folder, and not
+    a folder itself. Frost's writer (frost.atomic) makes no folders for a file."""
+    if not path:  # pathlib reads "" as the current folder
+        return "must not be empty"
+    target = pathlib.Path(path).expanduser()
+    if target.is_dir():
+        return "is a folder; give a file name"
+    if not os.path.lexists(target.parent):
+        return f"there is no folder {target.parent.absolute()} to write it in"
+    return _writable(target.parent)
+
+
+def _writable(folder: pathlib.Path) -> str | None:
+    """None when `folder`, or the nearest folder above it that exists, takes a new entry; else why
+    not. Tried, not guessed from permissions (root ignores them, and a read-only or virtual file
+    system such as /proc refuses only when tried): a temporary folder is made there and removed,
+    so the check leaves nothing behind."""
+    existing = folder.absolute()
+    while not os.path.lexists(existing):
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{existing} is a file, not a folder"
+    try:
+        tempfile.TemporaryDirectory(prefix=".frost-check-", dir=existing).cleanup()
+    except OSError as e:
+        return f"cannot write in {existing} ({e.strerror or e})"
+    return None
+
+
 def _meta(cls, name: str) -> dict:
     """A field's metadata, from the nearest class in the MRO that declared it with `option`."""
     for klass in cls.__mro__:
@@ -109,9 +192,13 @@ class Checked:
             value = getattr(self, f.name)
             choices = meta.get("choices")
             check = meta.get("check")
+            entries = value if isinstance(value, tuple) else (value,)
             problem = None
             if choices is not None and value not in choices:
                 problem = f"choose one of {', '.join(map(str, choices))}"
+            elif "" in entries and not meta.get("empty", False):
+                problem = "must not be empty"
+                value = ""  # the message shows the empty entry, not the whole tuple
             elif check is not None:
                 problem = check(value)
             if problem:

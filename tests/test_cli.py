@@ -70,13 +70,133 @@ CASES = [  # (argv, what the message must say); "OUT" is replaced by a fresh run
     (G + ["--data", "BINARY", "--out", "OUT"], "not UTF-8 text"),
     (R + ["--out", "STALE"], "already holds files from another run"),
     (R + ["--out", "OUT", "--resume"], "holds no run (no config.json)"),
-    (["sample", "NOWHERE", "--prompt", ""], "--prompt '': give at least one character"),
+    (["sample", "NOWHERE", "--prompt", ""], "--prompt '': must not be empty"),
     (["sample", "NOWHERE", "--top-k", "0"], "--top-k 0: must be a whole number >= 1"),
     (["sample", "NOWHERE", "--tokens", "0"], "--tokens 0: must be a whole number >= 1"),
     (["sample", "NOWHERE", "--temperature", "-1"], "--temperature -1.0: must be >= 0"),
     (["sample", "NOWHERE"], "not a `frost train gpt` run directory"),
     (["plot", "NOWHERE"], "metrics.jsonl not found"),
 ]
+
+# corpora, the token cache, tokenizer files and empty values (issue 48): each class in several
+# variants; "CACHE" is a --token-cache that must not exist afterwards (no folder, no lock file)
+C = G + ["--token-cache", "CACHE", "--out", "OUT"]
+T = ["tokenizer", "train", "TEXT", "--vocab-size", "300"]
+CASES += [
+    # a document without text: one rule for every source, refused naming the file, row or line,
+    # and the column or key
+    (C + ["--data", "NULL_PARQUET"], "null.parquet row 3: --text-column 'text' is null"),
+    (C + ["--data", "NULL_DATASET"], ".arrow row 3: --text-column 'text' is null"),
+    (C + ["--data", "NULL_JSONL"], "null.jsonl line 4: --text-key 'text' is null"),
+    (C + ["--data", "NUMBER_JSONL"], "number.jsonl line 2: --text-key 'text' is 7, not a string"),
+    (C + ["--data", "NOKEY_JSONL"], "nokey.jsonl line 2: no text under --text-key 'text'"),
+    # an empty value never means the default
+    (["audit", "--sizes", ""], "--sizes '': must not be empty"),
+    (["audit", "--optimizers", ""], "--optimizers '': must not be empty"),
+    (["audit", "--out", ""], "--out '': must not be empty"),
+    (["rl", "ppo", "--out", ""], "--out '': must not be empty"),
+    (R + ["--out", ""], "--out '': must not be empty"),
+    (G + ["--tokenizer", ""], "--tokenizer '': must not be empty"),
+    (G + ["--token-cache", ""], "--token-cache '': must not be empty"),
+    (G + ["--text-column", ""], "--text-column '': must not be empty"),
+    (T + ["-o", "OUT", "--special", "A", "--special", ""], "--special '': must not be empty"),
+    (T + ["-o", "OUT", "--hf", ""], "--hf '': must not be empty"),
+    # corpus files that are not what they claim: the file, the column, what was expected
+    (C + ["--data", "INT_PARQUET"], "ints.parquet: --text-column 'text' holds int64, not strings"),
+    (C + ["--data", "BYTES_PARQUET"], "bytes.parquet: --text-column 'text' holds binary"),
+    (C + ["--data", "CORRUPT_PARQUET"], "corrupt.parquet: not a parquet file (Parquet magic"),
+    (C + ["--data", "CUT_PARQUET"], "cut.parquet: not a parquet file"),
+    (C + ["--data", "SHARDLESS_DATASET"], "data-00001-of-00003.arrow: not found, though"),
+    (C + ["--data", "CORRUPT_DATASET"], "data-00000-of-00001.arrow: not an Arrow stream file"),
+    (C + ["--data", "BAD_JSONL"], "bad.jsonl line 2: not JSON"),
+    (C + ["--data", "BINARY_JSONL"], "binary.jsonl line 2: not UTF-8 text (byte 0 is"),
+    # where a command writes: checked once at start-up, by one check, for every such option
+    (G + ["--token-cache", "A_FILE"], "a_file': is a file, not a folder"),
+    (G + ["--token-cache", "UNDER_FILE"], "a_file is a file, not a folder"),
+    (G + ["--token-cache", "/proc/frost/tokens"], "cannot write in /proc"),
+    (R + ["--out", "A_FILE"], "a_file': is a file, not a folder"),
+    (R + ["--out", "UNDER_FILE"], "a_file is a file, not a folder"),
+    (T + ["-o", "UNDER_FILE"], "a_file is a file, not a folder"),
+    (T + ["-o", "OUT", "--hf", "/proc/frost/tok.json"], "there is no folder /proc/frost"),
+    (T + ["-o", "NO_FOLDER"], "nowhere/tok.json': there is no folder"),
+    (["plot", "NOWHERE", "-o", "UNDER_FILE"], "a_file is a file, not a folder"),
+    # GPT-2 tokenizer folders: the file at fault, and both layouts
+    (C + ["--data", "TEXT_JSONL", "--tokenizer", "GPT2_NO_BPE"], "vocab.bpe: not found (a GPT"),
+    (C + ["--data", "TEXT_JSONL", "--tokenizer", "GPT2_NO_MERGES"], "merges.txt: not found"),
+    (C + ["--data", "TEXT_JSONL", "--tokenizer", "GPT2_CUT"], "encoder.json: not valid JSON"),
+    (C + ["--data", "TEXT_JSONL", "--tokenizer", "GPT2_LIST"], "vocab.json: not a GPT-2 vocab"),
+]
+BOTH_LAYOUTS = "encoder.json + vocab.bpe, or vocab.json + merges.txt"
+
+
+def _corpus_files(tmp_path, wanted) -> dict:
+    """The corpora and tokenizer folders of the cases that need them (only those `wanted` names):
+    a document without text in each format, files that are not what they claim, GPT-2 folders
+    missing a file or holding a broken one."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    docs = ["In the beginning was the word. " * 20 + str(i) for i in range(30)]
+    holed = docs[:3] + [None] + docs[3:]
+    built = {}
+
+    def jsonl(name, lines):
+        (tmp_path / name).write_text("".join(line + "\n" for line in lines))
+        return tmp_path / name
+
+    def parquet(name, texts):
+        pq.write_table(pa.table({"text": texts}), tmp_path / name)
+        return tmp_path / name
+
+    def dataset(name, texts, shards):
+        import datasets
+
+        datasets.disable_progress_bars()
+        datasets.Dataset.from_dict({"text": texts}).save_to_disk(tmp_path / name, num_shards=shards)
+        return tmp_path / name
+
+    good = [json.dumps({"text": d}) for d in docs]
+    makers = {  # name -> a function that writes it and returns its path
+        "NULL_PARQUET": lambda: parquet("null.parquet", holed),
+        "NULL_DATASET": lambda: dataset("null_ds", holed, 1),
+        "NULL_JSONL": lambda: jsonl("null.jsonl", good[:3] + ['{"text": null}']),
+        "NUMBER_JSONL": lambda: jsonl("number.jsonl", good[:1] + ['{"text": 7}']),
+        "NOKEY_JSONL": lambda: jsonl("nokey.jsonl", good[:1] + ['{"body": "x"}']),
+        "TEXT_JSONL": lambda: jsonl("text.jsonl", good),
+        "BAD_JSONL": lambda: jsonl("bad.jsonl", good[:1] + ['{"text": "cut']),
+        "INT_PARQUET": lambda: parquet("ints.parquet", [1, 2]),
+        "BYTES_PARQUET": lambda: parquet("bytes.parquet", [b"a", b"b"]),
+        "CUT_PARQUET": lambda: parquet("cut.parquet", docs),  # cut in half below
+        "SHARDLESS_DATASET": lambda: dataset("shardless", docs, 3),  # loses a shard below
+        "CORRUPT_DATASET": lambda: dataset("corrupt_ds", docs, 1),  # its shard overwritten below
+    }
+    for name in set(makers) & set(wanted):
+        built[name] = makers[name]()
+    if "CORRUPT_PARQUET" in wanted:
+        (tmp_path / "corrupt.parquet").write_bytes(b"PAR1 not really")
+        built["CORRUPT_PARQUET"] = tmp_path / "corrupt.parquet"
+    if "BINARY_JSONL" in wanted:
+        (tmp_path / "binary.jsonl").write_bytes(good[0].encode() + b"\n\xff\xfe\n")
+        built["BINARY_JSONL"] = tmp_path / "binary.jsonl"
+    if "CUT_PARQUET" in wanted:  # the first half of a real file
+        whole = built["CUT_PARQUET"].read_bytes()
+        built["CUT_PARQUET"].write_bytes(whole[: len(whole) // 2])
+    if "SHARDLESS_DATASET" in wanted:
+        (built["SHARDLESS_DATASET"] / "data-00001-of-00003.arrow").unlink()
+    if "CORRUPT_DATASET" in wanted:
+        (built["CORRUPT_DATASET"] / "data-00000-of-00001.arrow").write_bytes(b"not arrow" * 9)
+    gpt2 = {  # folder -> {file: text}
+        "GPT2_NO_BPE": {"encoder.json": '{"a": 0}'},
+        "GPT2_NO_MERGES": {"vocab.json": '{"a": 0}'},
+        "GPT2_CUT": {"encoder.json": '{"a": 0, "b"', "vocab.bpe": "#version: 0.2\n"},
+        "GPT2_LIST": {"vocab.json": '["a", "b"]', "merges.txt": "#version: 0.2\n"},
+    }
+    for name in set(gpt2) & set(wanted):
+        (tmp_path / name).mkdir()
+        for file, content in gpt2[name].items():
+            (tmp_path / name / file).write_text(content)
+        built[name] = tmp_path / name
+    return built
 
 
 def _mistaken_files(tmp_path, wanted) -> dict:
@@ -134,14 +254,23 @@ def test_a_mistake_is_one_line_with_exit_code_2(argv, message, tmp_path, capsys,
     (tmp_path / "binary.txt").write_bytes(bytes(range(256)) * 64)
     (tmp_path / "stale").mkdir()
     (tmp_path / "stale" / "train.bin").write_bytes(b"\0" * 64)
+    (tmp_path / "a_file").write_text("a file where a folder should be")
+    (tmp_path / "text.txt").write_text("the quick brown fox jumps over the lazy dog\n" * 20)
     names = {
         "OUT": tmp_path / "out",
         "NOWHERE": tmp_path / "nowhere",
+        "NO_FOLDER": tmp_path / "nowhere" / "tok.json",
         "BINARY": tmp_path / "binary.txt",
         "STALE": tmp_path / "stale",
         "EMPTY": tmp_path / "empty",
+        "CACHE": tmp_path / "cache",
+        "A_FILE": tmp_path / "a_file",
+        "UNDER_FILE": tmp_path / "a_file" / "sub",
+        "TEXT": tmp_path / "text.txt",
     }
-    names.update(_mistaken_files(tmp_path, [a for a in argv if a.isupper()]))
+    wanted = [a for a in argv if a.isupper()]
+    names.update(_mistaken_files(tmp_path, wanted))
+    names.update(_corpus_files(tmp_path, wanted))
     for setting in [a for a in argv if a.startswith("FROST_DATA=")]:
         monkeypatch.setenv("FROST_DATA", str(names[setting.split("=")[1]]))
         argv = argv[1:]
@@ -152,9 +281,14 @@ def test_a_mistake_is_one_line_with_exit_code_2(argv, message, tmp_path, capsys,
     assert err[-1].startswith("frost: error: ") and message in err[-1], err
     assert not any("Traceback" in line for line in err)
     assert "BADIMAGE" not in argv or "train/a/0bad.png" in err[-1]  # names the file
-    # nothing half-written: a failed set-up leaves no run directory
+    if "--tokenizer" in argv and "GPT2" in argv[argv.index("--tokenizer") + 1]:
+        assert BOTH_LAYOUTS in err[-1]  # the file at fault, and both accepted layouts
+    # nothing half-written: a failed set-up leaves no run directory, no token cache, no lock file
     assert not (tmp_path / "out").exists()
+    assert not (tmp_path / "cache").exists()
     assert sorted(p.name for p in (tmp_path / "stale").iterdir()) == ["train.bin"]
+    assert (tmp_path / "a_file").read_text() == "a file where a folder should be"
+    assert not list(tmp_path.glob("**/*.lock")) and not list(tmp_path.glob("**/.frost-check-*"))
 
 
 def test_the_process_prints_one_line_and_debug_shows_the_traceback():

@@ -4,8 +4,11 @@ HF tokenizers and transformers' GPT2Tokenizer encoding each document directly.""
 import json
 import os
 import random
+import re
 import subprocess
 import sys
+import threading
+import time
 
 import numpy as np
 import pyarrow as pa
@@ -79,7 +82,7 @@ def test_every_source_gives_hf_tokenizers_ids(docs, tok, tmp_path, monkeypatch):
     want = expected(docs, lambda d: hf.encode(d, add_special_tokens=False).ids, tok.special[EOT])
     assert len(want["val"]) > 0
     for name, workers in [("txt", 1), ("docs.jsonl", 2), ("docs.parquet", 1), ("hf", 1)]:
-        files = corpus.find(str(tmp_path / name))
+        files = corpus.find(str(tmp_path / name), column="body")
         m = corpus.prepare(
             files, tok, tmp_path / "cache", key="body", column="body", workers=workers
         )
@@ -168,7 +171,7 @@ def test_killed_preparation_leaves_nothing_used(docs, tok, tmp_path, monkeypatch
     monkeypatch.setattr(corpus, "_encode", killed)
     with pytest.raises(KeyboardInterrupt):
         corpus.prepare(files, tok, cache, workers=1)
-    assert not [p for p in cache.iterdir() if not p.name.endswith(".lock")]
+    assert not cache.exists()  # the cache folder it made, the lock file and the shards: all gone
     monkeypatch.setattr(corpus, "_encode", real)
     m = corpus.prepare(files, tok, cache, workers=1)
     assert m["documents"] == len(docs)
@@ -272,3 +275,106 @@ def test_train_gpt_on_a_parquet_folder_with_a_gpt2_tokenizer(docs, tmp_path, cap
     )
     assert "--tokenizer" in capsys.readouterr().err
     assert not (tmp_path / "run3").exists()
+
+
+# --- a document without text, files that are not what they claim, the cache's lock ---
+
+
+def _holed_sources(root, docs):
+    """The same documents, the fourth without text, in each format: (path, what the refusal
+    names)."""
+    holed = docs[:3] + [None] + docs[3:]
+    pq.write_table(pa.table({"text": holed}), root / "null.parquet")
+    import datasets
+
+    datasets.disable_progress_bars()
+    datasets.Dataset.from_dict({"text": holed}).save_to_disk(str(root / "null_ds"))
+    lines = [json.dumps({"text": d}) for d in docs[:3]]
+    for name, hole in (("null", '{"text": null}'), ("number", '{"text": 1.5}'), ("list", "[1]")):
+        (root / f"{name}.jsonl").write_text("\n".join([*lines, hole, *lines]) + "\n")
+    return [
+        (root / "null.parquet", "null.parquet row 3: --text-column 'text' is null"),
+        (root / "null_ds", ".arrow row 3: --text-column 'text' is null"),
+        (root / "null.jsonl", "null.jsonl line 4: --text-key 'text' is null"),
+        (root / "number.jsonl", "number.jsonl line 4: --text-key 'text' is 1.5, not a string"),
+        (root / "list.jsonl", "list.jsonl line 4: no text under --text-key 'text'"),
+    ]
+
+
+def test_a_document_without_text_is_refused_in_every_format(docs, tok, tmp_path):
+    """One rule for every source: refused, naming the file, the row or line and the column or key,
+    whether the tokenizer's sample or the preparation meets it; nothing is left in the cache."""
+    for path, message in _holed_sources(tmp_path, docs):
+        files = corpus.find(str(path))
+        cache = tmp_path / "cache"
+        with pytest.raises(UsageError, match=re.escape(message)):
+            corpus.tokenizer(files, None, 300, 10**6, cache, workers=1)
+        with pytest.raises(UsageError, match=re.escape(message)):
+            corpus.prepare(files, tok, cache, workers=1)
+        assert not cache.exists(), path  # no folder, no lock file, no half-made shards
+
+
+def _misnamed_sources(root, docs):
+    """Files that are not what their names or folders claim: (path, what the refusal says)."""
+    pq.write_table(pa.table({"text": list(range(5))}), root / "ints.parquet")
+    pq.write_table(pa.table({"text": [[1, 2]] * 5}), root / "lists.parquet")
+    (root / "corrupt.parquet").write_bytes(b"PAR1" + bytes(range(256)))
+    pq.write_table(pa.table({"text": docs}), root / "whole.parquet")
+    (root / "cut.parquet").write_bytes((root / "whole.parquet").read_bytes()[:-100])
+    import datasets
+
+    datasets.disable_progress_bars()
+    for name in ("shardless", "corrupt_ds", "no_state", "ints_ds"):
+        column = list(range(len(docs))) if name == "ints_ds" else docs
+        datasets.Dataset.from_dict({"text": column}).save_to_disk(str(root / name), num_shards=2)
+    (root / "shardless" / "data-00000-of-00002.arrow").unlink()
+    (root / "corrupt_ds" / "data-00001-of-00002.arrow").write_bytes(b"\0" * 64)
+    (root / "no_state" / "state.json").write_text('{"_data_files": ')
+    return [
+        (root / "ints.parquet", "ints.parquet: --text-column 'text' holds int64, not strings"),
+        (root / "lists.parquet", "lists.parquet: --text-column 'text' holds list<"),
+        (root / "corrupt.parquet", "corrupt.parquet: not a parquet file"),
+        (root / "cut.parquet", "cut.parquet: not a parquet file"),
+        (root / "shardless", "data-00000-of-00002.arrow: not found, though"),
+        (root / "corrupt_ds", "data-00001-of-00002.arrow: not an Arrow stream file"),
+        (root / "no_state", "state.json: not the state.json of a datasets save_to_disk folder"),
+        (root / "ints_ds", "data-00000-of-00002.arrow: --text-column 'text' holds int64"),
+    ]
+
+
+def test_files_that_are_not_what_they_claim_are_refused_when_found(docs, tmp_path):
+    """Each source's type and schema is checked as `find` opens it, before any work: one line
+    naming the file (and the column), never a pyarrow or datasets traceback."""
+    for path, message in _misnamed_sources(tmp_path, docs):
+        with pytest.raises(UsageError, match=re.escape(message)) as error:
+            corpus.find(str(path))
+        assert "\n" not in str(error.value)
+    with pytest.raises(UsageError, match="no --text-column 'body'"):
+        corpus.find(str(tmp_path / "whole.parquet"), column="body")
+    (tmp_path / "binary.jsonl").write_bytes(b'{"text": "a"}\n{"text": "\xff"}\n')
+    with pytest.raises(UsageError, match="binary.jsonl line 2: not UTF-8 text"):
+        list(corpus.pieces(tmp_path / "binary.jsonl"))
+
+
+def test_the_lock_excludes_and_leaves_no_file(tmp_path):
+    """However the holders come and go (each removes the lock file as it leaves), at most one is
+    ever inside; afterwards no lock file is left."""
+    path = tmp_path / "cache" / "x.lock"
+    inside = []
+    most = []
+
+    def hold():
+        for _ in range(20):
+            with corpus._locked(path):
+                inside.append(1)
+                most.append(len(inside))
+                time.sleep(0.001)
+                inside.pop()
+
+    threads = [threading.Thread(target=hold) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(most) == 120 and max(most) == 1
+    assert list((tmp_path / "cache").iterdir()) == []

@@ -31,6 +31,7 @@ from frost.text import (
     train,
     train_counts,
 )
+from frost.text import io as text_io
 from frost.text.bpe import _pieces
 
 tokenizers = pytest.importorskip("tokenizers")
@@ -357,6 +358,49 @@ def test_loading_a_hf_file_says_what_it_is(small, tmp_path):
         load(tmp_path / "tokenizer.json")
 
 
+def _gpt2_folder(tok, folder, names):
+    """`tok` as a GPT-2 tokenizer folder under `names` (vocabulary file, merges file)."""
+    chars = text_io._byte_chars()
+    tokens = ["".join(chars[b] for b in token) for token in tok.vocab] + list(tok.special)
+    folder.mkdir()
+    (folder / names[0]).write_text(json.dumps({t: i for i, t in enumerate(tokens)}))
+    merges = [f"{tokens[a]} {tokens[b]}" for a, b, _ in tok.merges]
+    (folder / names[1]).write_text("\n".join(["#version: 0.2", *merges]) + "\n")
+
+
+def _cut(path):
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+@pytest.mark.parametrize(
+    "layout, damage, fault, message",
+    [
+        (0, lambda f: (f / "vocab.bpe").unlink(), "vocab.bpe", "not found"),
+        (0, lambda f: (f / "encoder.json").unlink(), "encoder.json", "not found"),
+        (0, lambda f: _cut(f / "encoder.json"), "encoder.json", "not valid JSON"),
+        (0, lambda f: (f / "vocab.bpe").write_bytes(b"\xff\xfe"), "vocab.bpe", "not UTF-8"),
+        (1, lambda f: (f / "merges.txt").unlink(), "merges.txt", "not found"),
+        (1, lambda f: _cut(f / "vocab.json"), "vocab.json", "not valid JSON"),
+        (1, lambda f: (f / "vocab.json").write_text("[1, 2]"), "vocab.json", "not a GPT-2 vocab"),
+        (1, lambda f: [p.unlink() for p in f.iterdir()], "", "holds no GPT-2 tokenizer files"),
+    ],
+)
+def test_a_broken_gpt2_folder_names_the_file_at_fault_and_both_layouts(
+    small, tmp_path, layout, damage, fault, message
+):
+    """OpenAI's layout (encoder.json + vocab.bpe) or transformers' (vocab.json + merges.txt): a
+    missing, cut or malformed file is named, never the other layout's."""
+    folder = tmp_path / "gpt2"
+    _gpt2_folder(small, folder, text_io.GPT2_LAYOUTS[layout])
+    assert text_io.load_gpt2(folder).encode("In the beginning") == small.encode("In the beginning")
+    damage(folder)
+    with pytest.raises(UsageError, match=message) as error:
+        text_io.load_gpt2(folder)
+    said = str(error.value)
+    assert said.startswith(str(folder / fault)) and "\n" not in said
+    assert "encoder.json + vocab.bpe, or vocab.json + merges.txt" in said
+
+
 # ----------------------------------------------------------------------------- CLI
 
 
@@ -446,7 +490,8 @@ def test_cli_mistakes_are_one_line(tmp_path, capsys):
         (["train", str(tmp_path / "data.bin"), "--vocab-size", "300"], "data.bin: not UTF-8 text"),
         (["train", str(tmp_path / "nope.txt"), "--vocab-size", "300"], "nope.txt"),
         (["train", a, "--vocab-size", "100"], "use at least 256"),
-        (["train", a, "--vocab-size", "300", "--pattern", ""], "matches the empty string"),
+        (["train", a, "--vocab-size", "300", "--pattern", ""], "--pattern '': must not be empty"),
+        (["train", a, "--vocab-size", "300", "--pattern", r"\s*"], "matches the empty string"),
         (["train", a, "--vocab-size", "300", "--pattern", "(x"], "not a valid regex"),
         (
             ["train", a, "--vocab-size", "300", "--workers", "0"],
@@ -457,6 +502,8 @@ def test_cli_mistakes_are_one_line(tmp_path, capsys):
             ["train", a, "--vocab-size", "300", "--hf", str(tmp_path / "no" / "hf.json")],
             "there is no folder",
         ),
+        (["train", a, "--vocab-size", "300", "--hf", str(tmp_path)], "is a folder; give a file"),
+        (["encode", "--tokenizer", tok, a, "--eot", ""], "--eot '': must not be empty"),
     ]
     for argv, message in cases:
         assert (

@@ -9,14 +9,20 @@ TokenWindows(shard_paths(manifest, "train"), 1024, manifest["dtype"])
 ```
 
 A corpus is a sequence of documents: a .txt file is one, a .jsonl line one (its `key` field), a
-parquet or Arrow row one (its `column`), each followed by an end-of-text token. Files are read as
-streams (text in ~1 MB pieces, parquet and Arrow in record batches), encoded in the BPE worker pool
-(`Tokenizer.encode_flat`) and written as uint16/uint32 shards, so memory stays bounded at any
-corpus size. Every 20th document is validation, as nanoGPT's prepare.py holds out a share of
-documents. The shards live in `cache/<corpus fingerprint>-<tokenizer hash>/` with a manifest; the
-folder is filled under another name and renamed into place (frost.atomic), so a killed preparation
-leaves nothing a later run would use, and it starts again cleanly. A file lock beside it makes one
-process prepare while the others (the processes of a multi-process run, or a second run) wait.
+parquet or Arrow row one (its `column`), each followed by an end-of-text token. One rule for every
+source: a document without text (a null, a missing key, a number) is refused, naming the file, the
+line or row, and the key or column; nothing is skipped. A file that is not what it claims (a
+corrupt parquet file, a text column of ints, a datasets folder missing a shard) is refused by
+`find`, before any work.
+
+Files are read as streams (text in ~1 MB pieces, parquet and Arrow in record batches), encoded in
+the BPE worker pool (`Tokenizer.encode_flat`) and written as uint16/uint32 shards, so memory stays
+bounded at any corpus size. Every 20th document is validation, as nanoGPT's prepare.py holds out a
+share of documents. The shards live in `cache/<corpus fingerprint>-<tokenizer hash>/` with a
+manifest; the folder is filled under another name and renamed into place (frost.atomic), so a
+killed preparation leaves nothing a later run would use, and it starts again cleanly. A file lock
+beside it makes one process prepare while the others (the processes of a multi-process run, or a
+second run) wait; it is removed when the work ends, and a refused corpus leaves nothing behind.
 
 The tokenizer is trained on a deterministic sample of about `sample` characters, the first
 documents of every file in proportion to its size (SentencePiece's `input_sentence_size`, drawn
@@ -141,26 +147,29 @@ def is_corpus(name: str) -> bool:
     return name != "kjv" and not (path.is_file() and path.suffix not in SUFFIXES[1:])
 
 
-def find(name: str) -> list[pathlib.Path]:
-    """The files of a corpus, sorted.
+def find(name: str, column: str = "text") -> list[pathlib.Path]:
+    """The files of a corpus, sorted, each checked to be what it claims before any work: a
+    parquet or Arrow file is opened, and its `column` must hold strings.
 
     Arguments:
         name: a file, a folder (searched recursively) or a glob of .txt/.jsonl/.parquet files, or
             a `datasets` save_to_disk folder (its .arrow files; of a DatasetDict, give one
             split's folder).
+        column: the parquet/Arrow text column.
 
     Returns:
         The files' paths.
 
     Raises:
-        UsageError: no such files, or pyarrow is missing for parquet or Arrow files.
+        UsageError: no such files; pyarrow is missing for parquet or Arrow files; a datasets
+            folder whose state.json is unreadable or lists a missing file; a parquet or Arrow
+            file that is not one, or has no string column `column`.
     """
     path = pathlib.Path(name)
     if (path / "state.json").is_file():  # a datasets.Dataset.save_to_disk folder
         needs("pyarrow", f"--data {name}", "pyarrow")
-        state = json.loads((path / "state.json").read_text())
-        return [path / f["filename"] for f in state["_data_files"]]
-    if path.is_dir():
+        files = _saved_dataset(path)
+    elif path.is_dir():
         files = sorted(p for p in path.rglob("*") if p.suffix in SUFFIXES and p.is_file())
     else:
         files = sorted(pathlib.Path(p) for p in glob.glob(name) if p.endswith(SUFFIXES))
@@ -171,17 +180,122 @@ def find(name: str) -> list[pathlib.Path]:
         )
     if any(p.suffix == ".parquet" for p in files):
         needs("pyarrow", f"--data {name} (parquet files)", "pyarrow")
+    for file in files:
+        if file.suffix in (".parquet", ".arrow"):
+            _opened(file, column)  # refused here, at once, if it is not what it claims
     return files
 
 
-def _columns(batches, column: str, path) -> Iterator[tuple[str, bool]]:
-    for batch in batches:
-        if column not in batch.schema.names:
-            raise UsageError(
-                f"{path}: no --text-column {column!r} (its columns: {batch.schema.names})"
-            )
-        for doc in batch.column(column).to_pylist():
-            yield doc or "", True
+def _saved_dataset(path: pathlib.Path) -> list[pathlib.Path]:
+    """The .arrow files that a datasets save_to_disk folder's state.json lists, each there."""
+    state = path / "state.json"
+    try:
+        listed = json.loads(state.read_text(encoding="utf-8"))["_data_files"]
+        files = [path / entry["filename"] for entry in listed]
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as e:
+        raise UsageError(
+            f"{state}: not the state.json of a datasets save_to_disk folder ({_why(e)})"
+        ) from None
+    missing = [file for file in files if not file.is_file()]
+    if missing:
+        raise UsageError(
+            f"{missing[0]}: not found, though {state} lists it ({len(missing)} of its "
+            f"{len(files)} .arrow files are missing); save the data set again"
+        )
+    return files
+
+
+def _why(error: Exception) -> str:
+    """An exception's message on one line (pyarrow's may span several)."""
+    return " ".join(str(error).split()) or type(error).__name__
+
+
+def _is_text(kind) -> bool:
+    """Whether an Arrow type holds strings (plain, large, view, or dictionary-encoded)."""
+    import pyarrow as pa
+
+    if pa.types.is_dictionary(kind):
+        kind = kind.value_type
+    return (
+        pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind)
+    )
+
+
+def _opened(path: pathlib.Path, column: str):
+    """The record batches of `column` of a parquet file, or of an Arrow stream file (a datasets
+    shard), opened and checked: the file is one, and the column is there and holds strings. Only
+    the footer or header is read here; the batches are read as they are taken."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    parquet = path.suffix == ".parquet"
+    try:
+        if parquet:
+            source = pq.ParquetFile(path)
+            schema = source.schema_arrow
+        else:
+            source = pa.ipc.open_stream(pa.memory_map(str(path)))
+            schema = source.schema
+    except (pa.ArrowException, OSError) as e:
+        kind = "a parquet file" if parquet else "an Arrow stream file (a datasets shard)"
+        raise UsageError(f"{path}: not {kind} ({_why(e)})") from None
+    if column not in schema.names:
+        raise UsageError(f"{path}: no --text-column {column!r} (its columns: {schema.names})")
+    kind = schema.field(column).type
+    if not _is_text(kind):
+        raise UsageError(
+            f"{path}: --text-column {column!r} holds {kind}, not strings; give the column that "
+            "holds the documents' text"
+        )
+    if parquet:
+        return source.iter_batches(1024, columns=[column])
+    return source
+
+
+def _rows(path: pathlib.Path, column: str) -> Iterator[tuple[str, bool]]:
+    """The documents of a parquet or Arrow file (`_opened`), one a row; a null text is refused,
+    naming the row (counted from 0)."""
+    import pyarrow as pa
+
+    row = 0
+    try:
+        for batch in _opened(path, column):
+            for doc in batch.column(column).to_pylist():
+                if doc is None:
+                    raise UsageError(
+                        f"{path} row {row}: --text-column {column!r} is null, not a string; "
+                        "drop the row or give it a text"
+                    )
+                yield doc, True
+                row += 1
+    except (pa.ArrowException, OSError) as e:
+        raise UsageError(f"{path}: cannot read it after row {row} ({_why(e)})") from None
+
+
+def _jsonl_text(path: pathlib.Path, n: int, line: bytes, key: str) -> str | None:
+    """The text of line `n` of a .jsonl file (None for a blank line), or a UsageError naming the
+    line: not UTF-8, not JSON, not an object, no `key`, or a `key` that is not a string."""
+    where = f"{path} line {n}"
+    try:
+        decoded = line.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise UsageError(
+            f"{where}: not UTF-8 text (byte {e.start} is {line[e.start : e.start + 1]!r})"
+        ) from None
+    if not decoded.strip():
+        return None
+    try:
+        doc = json.loads(decoded)
+    except json.JSONDecodeError as e:
+        raise UsageError(f"{where}: not JSON ({e.msg})") from None
+    if not isinstance(doc, dict) or key not in doc:
+        raise UsageError(f"{where}: no text under --text-key {key!r} ({decoded[:60]!r})")
+    if not isinstance(doc[key], str):
+        raise UsageError(
+            f"{where}: --text-key {key!r} is {json.dumps(doc[key])[:40]}, not a string; drop the "
+            "line or give it a text"
+        )
+    return doc[key]
 
 
 def pieces(
@@ -200,35 +314,23 @@ def pieces(
         ("", True); every other document is one piece that ends it.
 
     Raises:
-        UsageError: a line that is not JSON or lacks `key`, or a file without `column`.
+        UsageError: a document without text (a null in `column`; a .jsonl line without `key`,
+            or with a null or another non-string under it), or a .jsonl line that is not UTF-8
+            or not JSON, each named by its file and row or line; a parquet or Arrow file that is
+            not one, or whose `column` is missing or holds no strings (as `find` checks).
     """
     path = pathlib.Path(path)
     if path.suffix == ".txt":
         yield from ((piece, False) for piece in text.stream_files([path]))
         yield "", True
     elif path.suffix == ".jsonl":
-        with open(path, encoding="utf-8") as f:
+        with open(path, "rb") as f:
             for n, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    doc = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise UsageError(f"{path} line {n}: not JSON ({e.msg})") from None
-                if not isinstance(doc, dict) or not isinstance(doc.get(key), str):
-                    raise UsageError(
-                        f"{path} line {n}: no text under --text-key {key!r} ({line[:60]!r})"
-                    )
-                yield doc[key], True
-    elif path.suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        yield from _columns(pq.ParquetFile(path).iter_batches(1024), column, path)
-    else:  # .arrow: the Arrow stream files of a datasets folder
-        import pyarrow as pa
-
-        with pa.memory_map(str(path)) as source:
-            yield from _columns(pa.ipc.open_stream(source), column, path)
+                doc = _jsonl_text(path, n, line, key)
+                if doc is not None:
+                    yield doc, True
+    else:  # .parquet, or .arrow: the Arrow stream files of a datasets folder
+        yield from _rows(path, column)
 
 
 def fingerprint(files: Sequence[pathlib.Path], key: str, column: str) -> str:
@@ -265,11 +367,40 @@ def token_hash(tok: text.Tokenizer | text.io.Renumbered) -> str:
 
 @contextlib.contextmanager
 def _locked(path: pathlib.Path):
-    """Hold an exclusive lock on `path`: the first process in does the work, the others wait."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
+    """Hold an exclusive lock on the file `path`: the first process in does the work, the others
+    wait. The lock file is removed when the work ends, and the folders made for it too when the
+    work fails (a refused corpus leaves nothing in the cache)."""
+    made = [folder for folder in path.parents if not folder.exists()]  # the deepest first
+    try:
+        with _lock_file(path):
+            yield
+    except BaseException:
+        for folder in made:
+            with contextlib.suppress(OSError):  # one that holds another run's files stays
+                folder.rmdir()
+        raise
+
+
+@contextlib.contextmanager
+def _lock_file(path: pathlib.Path):
+    """Lock `path`, made if missing, and remove it on release. A process that waited on a file
+    its holder then removed holds a lock nobody else sees: it notices (the name no longer leads
+    to the file it locked) and locks the file now there."""
+    while True:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            if os.path.samestat(os.fstat(fd), os.stat(path)):
+                break
+        except FileNotFoundError:  # removed by the process that held it
+            pass
+        os.close(fd)
+    try:
         yield
+    finally:
+        path.unlink(missing_ok=True)  # while locked: a process waiting on it will look again
+        os.close(fd)
 
 
 def sample(
@@ -341,7 +472,8 @@ def tokenizer(
         The tokenizer; it has the end-of-text token.
 
     Raises:
-        UsageError: the loaded tokenizer has no end-of-text token.
+        UsageError: the loaded tokenizer has no end-of-text token or its files are broken, or
+            the sample meets a document without text (`pieces`).
     """
     if path:
         tok = load_tokenizer(path)
@@ -414,6 +546,10 @@ def prepare(
     Returns:
         The manifest: {"dtype", "train" and "val" ([[shard file, tokens], ...]), "documents",
         "vocab_size", "files", "folder" (where the shards are), ...}; see `shard_paths`.
+
+    Raises:
+        UsageError: a document without text, or a file that cannot be read (`pieces`); nothing
+            is left in `cache` then.
     """
     name = f"{fingerprint(files, key, column)}-{token_hash(tok)}"
     folder = pathlib.Path(cache).expanduser() / name

@@ -18,9 +18,11 @@ from frost.config import (
     Checked,
     UsageError,
     add_options,
+    every,
     from_args,
     option,
     optional,
+    output_file,
     required,
     whole,
 )
@@ -32,11 +34,13 @@ WORKERS = option(None, "processes (default: all cores)", optional(whole(1)))
 class TrainTokenizer(Checked):
     vocab_size: int | None = option(None, "tokens in all: 256 bytes + merges + special", required)
     output: str | None = option(
-        None, "where to write the tokenizer (Frost JSON)", required, short="-o"
+        None, "where to write the tokenizer (Frost JSON)", every(required, output_file), short="-o"
     )
     special: tuple[str, ...] = option((), "a special token (repeatable)")
     pattern: str | None = option(None, "pre-tokenisation regex (default: GPT-4's)")
-    hf: str | None = option(None, "also write a HF tokenizers tokenizer.json to this path")
+    hf: str | None = option(
+        None, "also write a HF tokenizers tokenizer.json to this path", optional(output_file)
+    )
     workers: int | None = WORKERS
 
 
@@ -46,7 +50,10 @@ class EncodeTokens(Checked):
         None, "a tokenizer file written by `frost tokenizer train`", required
     )
     output: str | None = option(
-        None, "token file to write (uint16 or uint32, raw)", required, short="-o"
+        None,
+        "token file to write (uint16 or uint32, raw)",
+        every(required, output_file),
+        short="-o",
     )
     eot: str | None = option(None, "special token to append after each file")
     special: str = option(
@@ -126,12 +133,8 @@ def _encode(args) -> int:
 
 
 def _checked(cfg, corpus) -> int:
-    """The corpus files' total size; UsageError, before any work, if one is missing, or an output's
-    folder."""
-    for out in filter(None, (cfg.output, getattr(cfg, "hf", None))):
-        folder = os.path.dirname(os.path.abspath(out))
-        if not os.path.isdir(folder):
-            raise UsageError(f"{out}: there is no folder {folder} to write it in")
+    """The corpus files' total size; UsageError, before any work, if one is missing (the outputs
+    were checked when the config was built: frost.config.output_file)."""
     try:
         return sum(os.path.getsize(p) for p in corpus)
     except OSError as e:

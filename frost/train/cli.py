@@ -5,7 +5,7 @@ so the help, the README and the jobs share one list; an option that does not app
 chosen model (`--vocab-size` for a ResNet) is refused.
 """
 
-from frost.config import Launch, add_options, from_args
+from frost.config import Launch, UsageError, add_options, from_args, output_file
 from frost.train.configs import JOBS, ImageConfig, LMConfig, SampleConfig
 
 
@@ -61,6 +61,10 @@ def _sample(args):
 
 
 def _plot(args):
+    if args.output is not None:  # checked as a config's output_file is, before any work
+        problem = output_file(args.output)
+        if problem:
+            raise UsageError(f"--output {args.output!r}: {problem}")
     from frost.train.plot import plot
 
     print(plot(args.run_dir, args.output))

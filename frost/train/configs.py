@@ -7,7 +7,17 @@ strategy without a mesh, heads that do not divide dim) is in `check()`.
 
 import dataclasses
 
-from frost.config import Checked, UsageError, needs, nonnegative, option, optional, positive, whole
+from frost.config import (
+    Checked,
+    UsageError,
+    needs,
+    nonnegative,
+    option,
+    optional,
+    output_folder,
+    positive,
+    whole,
+)
 
 # The image models, named here so the parser needs no JAX; a test checks them against resnet.MODELS.
 RESNETS = ("cifar_resnet18", "resnet18", "resnet20", "resnet34", "resnet50", "resnet56")
@@ -56,7 +66,7 @@ class Config(Checked):
     weight_decay: float = option(5e-4, "weight decay (on matrices and kernels only)", nonnegative)
     seed: int = option(0, "random seed (initialisation, data order, augmentation)", whole(0))
     workers: int = option(2, "data-loading worker processes; 0 loads in the main process", whole(0))
-    out: str | None = option(None, "run directory (default runs/MODEL)")
+    out: str | None = option(None, "run directory (default runs/MODEL)", optional(output_folder))
     resume: bool = option(False, "continue the run in --out from its latest checkpoint")
     max_steps: int | None = option(
         None, "stop after N steps (the schedule still spans all epochs)", optional(whole(1))
@@ -144,7 +154,9 @@ class LMConfig(Config):
     tokenizer_sample: int = option(10**8, "characters the tokenizer is trained on", whole(1))
     text_key: str = option("text", "the text field of .jsonl documents")
     text_column: str = option("text", "the text column of .parquet and datasets documents")
-    token_cache: str = option("~/.cache/frost/tokens", "where a corpus's token shards are kept")
+    token_cache: str = option(
+        "~/.cache/frost/tokens", "where a corpus's token shards are kept", output_folder
+    )
     epochs: int = 3
     batch_size: int = 32
     optimizer: str = "adamw"
@@ -173,11 +185,7 @@ class SampleConfig(Checked):
         "a Hugging Face GPT-2 folder (config.json, model.safetensors, vocab.json, "
         "merges.txt) to sample from instead of a run",
     )
-    prompt: str = option(
-        "In the beginning",
-        "text to continue",
-        lambda p: None if p else "give at least one character",
-    )
+    prompt: str = option("In the beginning", "text to continue")  # an empty one is refused
     tokens: int = option(100, "tokens to generate", whole(1))
     temperature: float = option(0.8, "softmax temperature; 0 is greedy", nonnegative)
     top_k: int | None = option(40, "sample among the k likeliest tokens", optional(whole(1)))

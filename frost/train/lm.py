@@ -38,7 +38,7 @@ def prepare_corpus(cfg: LMConfig, run_dir: pathlib.Path, progress: bool = True):
         tok = corpus.prepare_text(cfg.data, run_dir, cfg.vocab_size, cfg.limit, need, progress)
         paths = [run_dir / "train.bin", run_dir / "val.bin"]
     else:
-        files = corpus.find(cfg.data)
+        files = corpus.find(cfg.data, cfg.text_column)
         # what both steps take: the documents' text field and column, and the progress switch
         shared = {"key": cfg.text_key, "column": cfg.text_column, "progress": progress}
         tok = corpus.tokenizer(
@@ -100,8 +100,10 @@ class LMJob(Job):
 def load_run(run_dir):
     """(model, tokenizer) from the latest checkpoint of a `frost train gpt` run."""
     run_dir = pathlib.Path(run_dir)
+    # the folders the run wrote in are not checked again (output_folder): sampling writes nothing
+    written = {"out": None, "token_cache": LMConfig.token_cache}
     try:
-        cfg = LMConfig(**json.loads((run_dir / "config.json").read_text()))
+        cfg = LMConfig(**{**json.loads((run_dir / "config.json").read_text()), **written})
     except (OSError, json.JSONDecodeError, TypeError) as e:
         raise UsageError(f"{run_dir}: not a `frost train gpt` run directory ({e})") from None
     tok = corpus.load_tokenizer(cfg.tokenizer or run_dir / "tokenizer.json")
