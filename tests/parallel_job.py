@@ -71,7 +71,7 @@ def gpt_setup():
     return model, optim.adamw(1e-2), (tokens[:, :-1], tokens[:, 1:]), gpt_loss
 
 
-def losses(setup, mesh=None, strategy=None, batch=16):
+def losses(setup, mesh=None, strategy=None, batch=16, grad_accum=1):
     model, opt, arrays, loss_fn = setup()
     opt_state = opt.init(model)
     shardings, nbytes = None, None
@@ -85,7 +85,7 @@ def losses(setup, mesh=None, strategy=None, batch=16):
         )
         # one device
         nbytes = sum(leaf.addressable_shards[0].data.nbytes for leaf in jax.tree.leaves(model))
-    step = loop.make_train_step(opt, loss_fn, shardings=shardings)
+    step = loop.make_train_step(opt, loss_fn, grad_accum=grad_accum, shardings=shardings)
     out = []
     with data.Loader(
         data.Arrays(*arrays),
@@ -116,6 +116,8 @@ def main():
             "gpt_tp": losses(
                 gpt_setup, parallel.make_mesh(data=4, model=2), parallel.tensor_parallel
             ),
+            # 2 micro-batches of 8 rows a step, one row of each a device: the 16-row batch's update
+            "gpt_accum": losses(gpt_setup, mesh8, parallel.replicated, grad_accum=2),
         }
         try:
             parallel.check_batch(mesh8, 12)

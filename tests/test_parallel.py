@@ -75,8 +75,12 @@ def strategies(jobs):
     return last_json(out)
 
 
-@pytest.mark.parametrize("model, variants", [("resnet", ("dp", "fsdp")), ("gpt", ("fsdp", "tp"))])
+@pytest.mark.parametrize(
+    "model, variants", [("resnet", ("dp", "fsdp")), ("gpt", ("fsdp", "tp", "accum"))]
+)
 def test_eight_devices_match_one(strategies, model, variants):
+    """Each strategy, and gradient accumulation over 2 micro-batches on a data-parallel mesh, gives
+    the losses of one device taking the whole batch at once."""
     single = strategies[f"{model}_1"]["losses"]
     for v in variants:
         np.testing.assert_allclose(

@@ -3,6 +3,7 @@ tests/test_checkpoint.py)."""
 
 import functools
 import json
+import shutil
 import subprocess
 import sys
 
@@ -287,6 +288,8 @@ def test_frost_train_and_plot_on_fashion_mnist(tmp_path, capsys):
                 "train",
                 "resnet20",
                 "--max-steps",
+                "3",
+                "--eval-every",
                 "2",
                 "--limit",
                 "128",
@@ -309,7 +312,10 @@ def test_frost_train_and_plot_on_fashion_mnist(tmp_path, capsys):
         and checkpoint.latest(out / "checkpoints")
     )
     assert list((out / "tensorboard").glob("events.out.tfevents.*"))
-    assert json.loads((out / "result.json").read_text())["steps"] == 2
+    assert json.loads((out / "result.json").read_text())["steps"] == 3
+    evaluated = [r["step"] for r in metrics.read(out / "metrics.jsonl") if "test_loss" in r]
+    assert evaluated == [2, 3]  # every --eval-every steps and at the end, each after a checkpoint
+    shutil.rmtree(out / "checkpoints" / "step_00000003")  # as if killed after step 2's
     assert cli(["train", "resnet20", "--limit", "128", "--out", str(out)]) == 2
     assert "--resume" in capsys.readouterr().err
     assert (
@@ -321,6 +327,8 @@ def test_frost_train_and_plot_on_fashion_mnist(tmp_path, capsys):
                 "256",
                 "--max-steps",
                 "3",
+                "--eval-every",
+                "2",
                 "--batch-size",
                 "64",
                 "--workers",
@@ -342,6 +350,8 @@ def test_frost_train_and_plot_on_fashion_mnist(tmp_path, capsys):
                 "128",
                 "--max-steps",
                 "3",
+                "--eval-every",
+                "1",
                 "--batch-size",
                 "64",
                 "--workers",
@@ -352,8 +362,9 @@ def test_frost_train_and_plot_on_fashion_mnist(tmp_path, capsys):
             ]
         )
         == 0
-    )
+    )  # --eval-every may change on --resume
     assert json.loads((out / "result.json").read_text())["steps"] == 3
+    assert checkpoint.latest(out / "checkpoints").name == "step_00000003"
     assert cli(["plot", str(out)]) == 0
     assert (out / "curves.png").read_bytes()[:4] == b"\x89PNG"
 

@@ -289,6 +289,25 @@ class GPT(nn.Module):
         logits = x @ self.embed.weight.T if self.head is None else self.head(x)  # (B, T, V)
         return logits, tuple(new_cache)
 
+    def flops_per_token(self, seq_len: int | None = None) -> int:
+        """The model FLOPs of training on one token, forward and backward, as nanoGPT's
+        `estimate_mfu` counts them (after the PaLM paper's appendix B, Chowdhery et al. 2022):
+        6N for the parameters' matrix multiplies, N counting every parameter but the learned
+        positions (a lookup), plus 12·L·H·Q·T for attention's scores and weighted values (L
+        blocks, H heads of size Q, windows of T tokens).
+
+        Arguments:
+            seq_len: T, the tokens of each training window; None: `max_len`.
+
+        Returns:
+            FLOPs per token (an int).
+        """
+        n = self.param_count() - (0 if self.pos is None else self.pos.size)
+        heads = self.blocks[0].heads
+        head_dim = self.embed.dim // heads
+        window = self.max_len if seq_len is None else seq_len
+        return 6 * n + 12 * len(self.blocks) * heads * head_dim * window
+
     def empty_cache(self, batch: int, dtype: DTypeLike = jnp.float32) -> tuple:
         """A KV cache of zeros for `step`.
 

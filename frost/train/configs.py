@@ -10,6 +10,7 @@ import dataclasses
 from frost.config import (
     Checked,
     UsageError,
+    flag,
     needs,
     nonnegative,
     option,
@@ -40,6 +41,18 @@ def _log(kind):
         needs("tensorboardX", "--log tensorboard", "'frost[log]'")
 
 
+def _eval_batches(value):
+    if value == "all" or whole(1)(value) is None:
+        return None
+    return "must be a whole number >= 1, or all"
+
+
+def _warmup(value):
+    if nonnegative(value) is None and (value < 1 or float(value).is_integer()):
+        return None
+    return "must be a whole number of steps, or a fraction of the run below 1"
+
+
 @dataclasses.dataclass(frozen=True)
 class Config(Checked):
     model: str = option("resnet20", "the model", choices=RESNETS, cli=False)
@@ -49,8 +62,39 @@ class Config(Checked):
         "image folders; gpt: kjv, a UTF-8 text file, or a corpus: .jsonl/.parquet files, "
         "a folder or glob of .txt/.jsonl/.parquet files, a datasets save_to_disk folder",
     )
-    epochs: int = option(5, "passes over the training data", whole(1))
-    batch_size: int = option(128, "global batch size", whole(1))
+    epochs: int | None = option(
+        None,
+        "the run's length in passes over the training data, for small data sets (default 5 for "
+        "resnets, 3 for gpt, unless --max-steps or --tokens gives the length)",
+        optional(whole(1)),
+    )
+    max_steps: int | None = option(
+        None,
+        "the run's length in steps: training stops there and the learning-rate schedule ends there",
+        optional(whole(1)),
+    )
+    batch_size: int = option(
+        128, "global batch size (of each micro-batch, with --grad-accum)", whole(1)
+    )
+    grad_accum: int = option(
+        1,
+        "micro-batches of --batch-size in each step: their gradients are averaged, so a step "
+        "sees K x --batch-size examples in the memory of one micro-batch",
+        whole(1),
+    )
+    eval_every: int | None = option(
+        None,
+        "steps between evaluations, each written to metrics.jsonl after a checkpoint (default: "
+        "every epoch when the run spans 2 epochs or more, else 5 a run; always at the end)",
+        optional(whole(1)),
+    )
+    eval_batches: int | str | None = option(
+        None,
+        "batches in each evaluation: the same fixed subset of the evaluation data every time, or "
+        "'all' for a full pass (default: all for resnets; for gpt enough that the loss's "
+        "standard error is about 0.01, at most the tokens trained on between evaluations)",
+        optional(_eval_batches),
+    )
     lr: float | None = option(
         None,
         "peak learning rate (default 0.1 for resnets with sgd, 2e-3 for gpt with "
@@ -64,13 +108,15 @@ class Config(Checked):
         _optimizer,
     )
     weight_decay: float = option(5e-4, "weight decay (on matrices and kernels only)", nonnegative)
+    clip: float | None = option(
+        None,
+        "clip the gradients' global norm to this before the optimizer",
+        optional(positive),
+    )
     seed: int = option(0, "random seed (initialisation, data order, augmentation)", whole(0))
     workers: int = option(2, "data-loading worker processes; 0 loads in the main process", whole(0))
     out: str | None = option(None, "run directory (default runs/MODEL)", optional(output_folder))
     resume: bool = option(False, "continue the run in --out from its latest checkpoint")
-    max_steps: int | None = option(
-        None, "stop after N steps (the schedule still spans all epochs)", optional(whole(1))
-    )
     limit: int | None = option(
         None, "use only the first N examples (images; characters for gpt)", optional(whole(1))
     )
@@ -106,6 +152,22 @@ class Config(Checked):
     )
 
     DEFAULT_LR = 0.1  # for the default optimizer
+    DEFAULT_EPOCHS = 5  # the run's length when no length option is given
+    LENGTHS = ("epochs", "max_steps")  # the options that set the run's length: one at most
+
+    def run_steps(self, per_epoch: int, per_step: int) -> int:
+        """The run's length in steps.
+
+        Arguments:
+            per_epoch: the steps in one pass over the training data.
+            per_step: the units (images, tokens) one step trains on.
+
+        Returns:
+            --max-steps, or --epochs (by default DEFAULT_EPOCHS) passes of `per_epoch` steps.
+        """
+        if self.max_steps is not None:
+            return self.max_steps
+        return per_epoch * (self.DEFAULT_EPOCHS if self.epochs is None else self.epochs)
 
     @property
     def run_dir(self) -> str:
@@ -116,6 +178,11 @@ class Config(Checked):
         return self.DEFAULT_LR if self.lr is None else self.lr
 
     def check(self):
+        given = [name for name in self.LENGTHS if getattr(self, name) is not None]
+        if len(given) > 1:
+            both = " and ".join(f"{flag(name)} {getattr(self, name)}" for name in given)
+            choices = ", ".join(flag(name) for name in self.LENGTHS)
+            raise UsageError(f"{both}: each sets the run's length; give one of {choices}")
         default = type(self).__dataclass_fields__["optimizer"].default
         if self.lr is None and self.optimizer != default:
             raise UsageError(
@@ -157,13 +224,72 @@ class LMConfig(Config):
     token_cache: str = option(
         "~/.cache/frost/tokens", "where a corpus's token shards are kept", output_folder
     )
-    epochs: int = 3
+    tokens: int | None = option(
+        None,
+        "the run's length in tokens (rounded up to whole steps): training stops there and the "
+        "learning-rate schedule ends there",
+        optional(whole(1)),
+    )
+    warmup: float | None = option(
+        None,
+        "linear warmup: a whole number of steps, or a fraction of the run below 1 (default 10% "
+        "of the run, at most 100 steps)",
+        optional(_warmup),
+    )
+    min_lr: float | None = option(
+        None,
+        "the learning rate the cosine decays to at the run's end (default 0.1 x the peak)",
+        optional(nonnegative),
+    )
     batch_size: int = 32
     optimizer: str = "adamw"
     weight_decay: float = 0.1
+    clip: float | None = 1.0
     workers: int = 0
 
     DEFAULT_LR = 2e-3
+    DEFAULT_EPOCHS = 3
+    LENGTHS = ("epochs", "max_steps", "tokens")
+
+    @property
+    def end_lr(self) -> float:
+        """The learning rate at the run's end: --min-lr, or a tenth of the peak."""
+        return 0.1 * self.peak_lr if self.min_lr is None else self.min_lr
+
+    def run_steps(self, per_epoch: int, per_step: int) -> int:
+        """The run's length in steps: --tokens over the tokens a step trains on (rounded up), or
+        the base class's (--max-steps, --epochs).
+
+        Arguments:
+            per_epoch: the steps in one pass over the training data.
+            per_step: the tokens one step trains on.
+
+        Returns:
+            The number of steps.
+        """
+        if self.tokens is not None:
+            return -(-self.tokens // per_step)
+        return super().run_steps(per_epoch, per_step)
+
+    def warmup_steps(self, steps: int) -> int:
+        """The warmup's length in steps, for a run of `steps` steps.
+
+        Arguments:
+            steps: the run's length.
+
+        Returns:
+            --warmup steps, or that fraction of the run (rounded), or by default a tenth of the
+            run, at most 100 steps.
+
+        Raises:
+            UsageError: a warmup longer than the run.
+        """
+        if self.warmup is None:
+            return min(100, steps // 10)
+        warmup = round(self.warmup * steps) if self.warmup < 1 else int(self.warmup)
+        if warmup > steps:
+            raise UsageError(f"--warmup {self.warmup:g}: longer than the run's {steps} steps")
+        return warmup
 
     def check(self):
         super().check()

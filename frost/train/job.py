@@ -4,17 +4,24 @@
     result = run(ImageJob(), ImageConfig(model="resnet20", epochs=5))
 
 The path: claim the run directory (refuse one holding another run; on --resume, refuse a
-different configuration), data (refuse data too small for one batch), model, optimizer by name
-from frost.optim.registry (Sophia's Hessian refresh wired into the step), restore, distribute,
-fit, final evaluation, `result.json`.
+different configuration), data (refuse data too small for one batch), the plan (the run's length
+and its evaluations, `plan`), model, optimizer by name from frost.optim.registry over the job's
+schedule spanning the run (Sophia's Hessian refresh wired into the step), restore, distribute,
+fit (a checkpoint and an evaluation every --eval-every steps and at the end), `result.json`.
+
+One rule sets every job's length and evaluations: --max-steps, --tokens (a GPT) or --epochs; an
+evaluation every epoch for a run of 2 epochs or more, else 5 a run; each on the same fixed subset
+of the evaluation data (the first batches of one shuffle with a fixed seed), or all of it.
 
 A job is a `Job` subclass taking its config (frost.train.configs): `data(cfg, run_dir, progress)
 -> Data`, `model(cfg, data, key)` and `schedule(cfg, steps)` (the learning rate, peaking at
-cfg.peak_lr), and where the defaults below do not fit, the other attributes and methods.
+cfg.peak_lr, over a run of `steps` steps), and where the defaults below do not fit, the other
+attributes and methods.
 """
 
 import contextlib
 import dataclasses
+import itertools
 import json
 import pathlib
 import shutil
@@ -28,10 +35,13 @@ from frost import atomic, checkpoint, optim, parallel
 from frost import data as fdata
 from frost.config import UsageError, flag
 from frost.optim.registry import build, frost_own, resolve
-from frost.train import loop
+from frost.train import loop, metrics
 
-# Options that may change when a run is resumed: they steer the run, not its numbers.
-RESUMABLE = {"workers", "max_steps", "on_nonfinite", "max_skips", "out", "log", "resume"}
+# Options that may change when a run is resumed: they steer the run, not its numbers. The run's
+# length is not one of them: the learning-rate schedule ends where the run does.
+RESUMABLE = {"workers", "eval_every", "on_nonfinite", "max_skips", "out", "log", "resume"}
+EVALUATIONS = 5  # a run shorter than 2 epochs evaluates this many times by default
+EVAL_SEED = 0  # the shuffle that picks the evaluation subset: the same for every run and seed
 
 
 class Data(NamedTuple):
@@ -45,14 +55,60 @@ class Data(NamedTuple):
     per_row: int = 1  # units (the job's `unit`) per batch row: 1 image, or seq_len tokens
 
 
+class Plan(NamedTuple):
+    """A run's length and evaluations, in steps and batches (`plan`).
+
+    Arguments:
+        steps: the run's length.
+        per_epoch: the steps of one pass over the training data.
+        step_rows: the rows (examples, windows) of one step: --batch-size x --grad-accum.
+        per_row: the units (images, tokens) of one row.
+        eval_every: the steps between evaluations (and the last step).
+        eval_rows: the rows of one evaluation batch.
+        eval_batches: the batches of each evaluation, a fixed subset; None: every batch.
+        eval_total: the batches of a full pass over the evaluation data.
+    """
+
+    steps: int
+    per_epoch: int
+    step_rows: int
+    per_row: int
+    eval_every: int
+    eval_rows: int
+    eval_batches: int | None
+    eval_total: int
+
+    def describe(self, unit: str) -> str:
+        """The run's length in steps, units and epochs, and its evaluations, for the start-up
+        line."""
+        per_step = self.step_rows * self.per_row
+        epochs = self.steps / self.per_epoch
+        text = f"{self.steps:,} steps of {per_step:,} {unit} ({self.steps * per_step:,} {unit}, "
+        text += f"{epochs:.2f} epochs)"
+        if self.eval_batches is None:
+            subset = f"all {self.eval_total} batches"
+        else:
+            subset = f"{self.eval_batches} of {self.eval_total} batches"
+        return f"{text}; evaluation every {self.eval_every} steps on {subset}"
+
+
 class Job:
     unit = "examples"  # what the throughput counts
     eval_name = "test"  # how evaluation results are named (test_accuracy)
     eval_batch = None  # about this many rows per evaluation batch; None: cfg.batch_size
+    eval_units = None  # units an evaluation needs by default (its standard error); None: all
 
     def optimizer_args(self, cfg) -> dict:
         """Extra hyper-parameters for the named optimizer (e.g. AdamW's b2)."""
         return {}
+
+    def describe_schedule(self, cfg, steps: int) -> str:
+        """The learning-rate schedule of a run of `steps` steps, for the start-up line."""
+        return ""
+
+    def flops_per_unit(self, cfg, model) -> float | None:
+        """The model FLOPs of training on one unit (a token), for the throughput; None: unknown."""
+        return None
 
     def finish(self, cfg, run_dir, state, data) -> dict:
         """Extra entries of the result (e.g. a text sample)."""
@@ -107,11 +163,48 @@ def _claim(run_dir: pathlib.Path, mine: dict, resume: bool | None, again: str) -
 
 
 def make_optimizer(job, cfg, steps: int):
-    """The named optimizer over the job's schedule; Frost's own get the decay mask (matrices only);
-    with --precision fp16, inside dynamic loss scaling."""
+    """The named optimizer over the job's schedule, after --clip's clipping of the gradients'
+    global norm; Frost's own get the decay mask (matrices only); with --precision fp16, inside
+    dynamic loss scaling."""
     extra = job.optimizer_args(cfg) if frost_own(cfg.optimizer) else {}
     opt = build(cfg.optimizer, job.schedule(cfg, steps), weight_decay=cfg.weight_decay, **extra)
+    if cfg.clip is not None:
+        opt = optim.chain(optim.clip_by_global_norm(cfg.clip), opt)
     return optim.scaling.dynamic_scaling(opt) if cfg.precision == "fp16" else opt
+
+
+def plan(job, cfg, data) -> Plan:
+    """The run's length and evaluations from its options and data (one rule for every job).
+
+    The length is --max-steps, --tokens or --epochs (the job's default epochs when none is given).
+    Evaluations come every --eval-every steps, by default every epoch when the run spans 2 epochs
+    or more (a small data set), else EVALUATIONS times a run (a corpus), and at the last step.
+    Each is on --eval-batches batches, by default on enough for `job.eval_units` units (all, when
+    the job gives none), but on no more units than the run trains on between two evaluations:
+    an evaluation (a forward pass) then costs at most about a third of the training before it.
+    """
+    step_rows = cfg.batch_size * cfg.grad_accum
+    per_epoch = len(data.train) // step_rows
+    steps = cfg.run_steps(per_epoch, step_rows * data.per_row)
+    eval_every = cfg.eval_every
+    if eval_every is None and steps >= 2 * per_epoch:
+        eval_every = per_epoch
+    elif eval_every is None:
+        eval_every = -(-steps // EVALUATIONS)
+    # a multiple of the batch, so it divides over the mesh and the processes as that does
+    eval_rows = cfg.batch_size * max(1, (job.eval_batch or cfg.batch_size) // cfg.batch_size)
+    eval_total = 0 if data.eval is None else -(-len(data.eval) // eval_rows)
+    eval_batches = None if cfg.eval_batches == "all" else cfg.eval_batches
+    if cfg.eval_batches is None and job.eval_units is not None:
+        needed = -(-job.eval_units // (eval_rows * data.per_row))
+        # the batches that hold as many rows as the run trains on between two evaluations
+        trained = max(1, eval_every * step_rows // eval_rows)
+        eval_batches = min(needed, trained)
+    if eval_batches is not None and eval_batches >= eval_total:
+        eval_batches = None  # the whole set
+    return Plan(
+        steps, per_epoch, step_rows, data.per_row, eval_every, eval_rows, eval_batches, eval_total
+    )
 
 
 @contextlib.contextmanager
@@ -135,31 +228,34 @@ def run(job, cfg, progress: bool = True) -> dict:
 
 
 def _train(job, cfg, run_dir, progress) -> dict:
-    data, state, step, place = _setup(job, cfg, run_dir, cfg.resume, progress)
+    data, state, step, place, run = _setup(job, cfg, run_dir, cfg.resume, progress)
     eval_step = loop.make_eval_step(data.prepare)
-    # a multiple of the training batch, so it divides over the mesh and the processes as that does
-    eval_rows = cfg.batch_size * max(1, (job.eval_batch or cfg.batch_size) // cfg.batch_size)
     # its share of each batch
     shard = dict(process_index=jax.process_index(), process_count=jax.process_count())
 
     def eval_fn(model):
         if data.eval is None:
             return {}
+        subset = run.eval_batches is not None
         with fdata.Loader(
             data.eval,
-            eval_rows,
-            shuffle=False,
+            run.eval_rows,
+            shuffle=subset,  # a fixed random subset: the first batches of one shuffle
+            seed=EVAL_SEED,
             transform=data.eval_transform,
             workers=min(cfg.workers, 1),
             **shard,
-        ) as batches:
-            return loop.evaluate(model, batches, eval_step, eval_rows // jax.process_count(), place)
+        ) as loader:
+            batches = itertools.islice(loader, run.eval_batches) if subset else loader
+            rows = run.eval_rows // jax.process_count()
+            return loop.evaluate(model, batches, eval_step, rows, place)
 
+    devices = jax.device_count() if cfg.mesh or jax.process_count() > 1 else 1
+    peak = metrics.peak_flops(jax.devices()[0].device_kind, cfg.precision)
     start = time.perf_counter()
-    first_step = state.step
     with fdata.Loader(
         data.train,
-        cfg.batch_size,
+        run.step_rows,
         shuffle=True,
         seed=cfg.seed,
         drop_last=True,
@@ -169,9 +265,10 @@ def _train(job, cfg, run_dir, progress) -> dict:
         **shard,
     ) as loader:
         fit_config = loop.FitConfig(
-            epochs=cfg.epochs,
+            epochs=-(-run.steps // run.per_epoch),
             run_dir=run_dir,
-            max_steps=cfg.max_steps,
+            max_steps=run.steps,
+            eval_every=run.eval_every,
             unit=job.unit,
             eval_name=job.eval_name,
             on_nonfinite=cfg.on_nonfinite,
@@ -179,19 +276,20 @@ def _train(job, cfg, run_dir, progress) -> dict:
             tensorboard=cfg.log == "tensorboard",
             progress=progress,
             meta={"config": dataclasses.asdict(cfg)},
+            flops_per_unit=job.flops_per_unit(cfg, state.model),
+            peak_flops=None if peak is None else peak * devices,
         )
         count = lambda batch: len(batch[0]) * data.per_row  # noqa: E731
         state = loop.fit(state, step, loader, fit_config, eval_fn, count, place)
     seconds = time.perf_counter() - start
     final = state.last_eval
-    if final is None or cfg.max_steps is not None:
+    if final is None:  # resumed after the last evaluation
         final = eval_fn(state.model)
     # with fp16: the overflow count
     scaled = optim.find_states(state.opt_state, optim.scaling.ScaledState)
     result = {f"{job.eval_name}_{k}": v for k, v in final.items()}  # test_accuracy, ...
     result.update(steps=state.step, skipped=state.skipped, seconds=seconds)
-    done = (state.step - first_step) * cfg.batch_size * data.per_row  # images or tokens
-    result[f"{job.unit}_per_s"] = done / seconds
+    result.update(state.speed or {})  # tokens_per_s, flops_per_token, mfu
     result.update(job.finish(cfg, run_dir, state, data))
     if scaled:
         result["overflow_skipped"] = int(scaled[0].scale.skipped)
@@ -200,18 +298,20 @@ def _train(job, cfg, run_dir, progress) -> dict:
 
 
 def _setup(job, cfg, run_dir, resume, progress):
-    """(data, train state, jitted step, batch placement): restored and laid out on the mesh."""
+    """(data, train state, jitted step, batch placement, plan): restored and laid out on the
+    mesh."""
     data = job.data(cfg, run_dir, progress)
     rows = len(data.train)
-    if rows < cfg.batch_size:
+    if rows < cfg.batch_size * cfg.grad_accum:
+        accum = f" x --grad-accum {cfg.grad_accum}" if cfg.grad_accum > 1 else ""
         raise UsageError(
-            f"--batch-size {cfg.batch_size}: the training data has only {rows} examples"
+            f"--batch-size {cfg.batch_size}{accum}: the training data has only {rows} examples"
             f"{f' (--limit {cfg.limit})' if cfg.limit else ''}; give more data or a smaller batch"
         )
+    run = plan(job, cfg, data)
     key = jax.random.key(cfg.seed)
     model = job.model(cfg, data, jax.random.fold_in(key, 0))
-    steps = rows // cfg.batch_size * cfg.epochs
-    optimizer = make_optimizer(job, cfg, steps)
+    optimizer = make_optimizer(job, cfg, run.steps)
     state = loop.TrainState(model, optimizer.init(model), jax.random.fold_in(key, 1))
     state, shardings, place = loop.distribute(state, cfg.mesh, cfg.strategy, cfg.batch_size)
     if resume:  # after distributing: each process reads only the shards it holds
@@ -223,11 +323,14 @@ def _setup(job, cfg, run_dir, resume, progress):
         shardings=shardings,
         hessian=hessian,
         precision=cfg.precision,
+        grad_accum=cfg.grad_accum,
     )
     if progress:
+        schedule = job.describe_schedule(cfg, run.steps)
         print(
-            f"{cfg.model}: {model.param_count():,} parameters; {data.describe}; {steps} steps of "
-            f"{cfg.batch_size}; {cfg.optimizer}, peak lr {cfg.peak_lr:g}; run dir {run_dir}",
+            f"{cfg.model}: {model.param_count():,} parameters; {data.describe}; "
+            f"{run.describe(job.unit)}; {cfg.optimizer}, peak lr {cfg.peak_lr:g}"
+            f"{f', {schedule}' if schedule else ''}; run dir {run_dir}",
             flush=True,
         )
-    return data, state, step, place
+    return data, state, step, place, run

@@ -6,7 +6,9 @@ are encoded into flat token files in the run directory. A corpus (jsonl/parquet/
 `datasets` folder) is encoded once into token shards in a cache (frost.data.corpus). Then
 `frost.data.TokenWindows` serves them as (x, y) windows through the same job path, loop,
 checkpoints and progress bar as the ResNet job. The model is a small GPT with rotary positions
-and tied embeddings; AdamW (b2 = 0.95) with warmup + cosine decay, weight decay on matrices only.
+and tied embeddings; AdamW (b2 = 0.95) with gradients clipped to global norm 1, linear warmup and
+a cosine decay to a tenth of the peak at the run's end (--max-steps, --tokens or --epochs), weight
+decay on matrices only: nanoGPT's recipe.
 """
 
 import dataclasses
@@ -23,6 +25,8 @@ from frost.data import corpus
 from frost.models import gpt
 from frost.train.configs import LMConfig, SampleConfig
 from frost.train.job import Data, Job
+
+EVAL_TOKENS = 2**19  # the validation tokens of an evaluation, by default (see the guide)
 
 
 def prepare_corpus(cfg: LMConfig, run_dir: pathlib.Path, progress: bool = True):
@@ -69,6 +73,8 @@ def build_model(cfg: LMConfig, vocab_size: int, key):
 class LMJob(Job):
     unit = "tokens"
     eval_name = "validation"
+    # enough windows for a standard error of about 0.01 in the validation loss (see the guide)
+    eval_units = EVAL_TOKENS
 
     def data(self, cfg, run_dir, progress) -> Data:
         tok, train, val = prepare_corpus(cfg, run_dir, progress)
@@ -81,7 +87,14 @@ class LMJob(Job):
         return build_model(cfg, d.extra["tokenizer"].vocab_size, key)
 
     def schedule(self, cfg, steps):
-        return optim.warmup_cosine(cfg.peak_lr, min(100, steps // 10), steps)
+        warmup = cfg.warmup_steps(steps)
+        return optim.warmup_cosine(cfg.peak_lr, warmup, steps, end_value=cfg.end_lr)
+
+    def describe_schedule(self, cfg, steps):
+        return f"warmup {cfg.warmup_steps(steps)} steps, cosine to {cfg.end_lr:g}"
+
+    def flops_per_unit(self, cfg, model):
+        return model.flops_per_token(cfg.seq_len)
 
     def optimizer_args(self, cfg):
         return {"b1": 0.9, "b2": 0.95} if cfg.optimizer in ("adam", "adamw") else {}

@@ -77,6 +77,8 @@ class TrainState:
             kept in each checkpoint so a resumed run continues mid-epoch; None at the start.
         last_eval: the latest `eval_fn` result (not checkpointed).
         skipped: the non-finite steps skipped so far (`on_nonfinite="skip"`).
+        speed: the training throughput at the latest evaluation, as its record gives it
+            (`tokens_per_s`, `flops_per_token`, `mfu`; not checkpointed).
     """
 
     model: PyTree
@@ -86,6 +88,7 @@ class TrainState:
     loader_state: dict | None = None
     last_eval: dict | None = None  # the latest `eval_fn` result (not checkpointed)
     skipped: int = 0  # non-finite steps skipped (on_nonfinite="skip")
+    speed: dict | None = None  # the throughput at the latest evaluation (not checkpointed)
 
     def tree(self) -> dict:
         """The arrays a checkpoint holds: `{"model": ..., "opt_state": ..., "key": ...}`."""
@@ -98,6 +101,7 @@ def train_step(
     prepare: Callable[[PyTree], PyTree] = lambda batch: batch,
     hessian: str | None = None,
     precision: str = "fp32",
+    grad_accum: int = 1,
 ) -> Step:
     """The pure training step, unjitted (so it can be vmapped, e.g. over a grid of
     hyper-parameters held in stacked optimizer states).
@@ -108,6 +112,15 @@ def train_step(
     the updates whose gradients overflow (counted in metrics["overflow_skipped"], not as
     non-finite).
 
+    Gradient accumulation (`grad_accum` K > 1) splits the batch into K micro-batches, computes
+    their gradients one after another (a `jax.lax.scan`, so only one micro-batch's activations
+    are alive at a time) and averages them, their losses and their metrics: the update of one
+    batch K times larger than a micro-batch, in the memory of one micro-batch. Micro-batch k
+    takes rows k, K + k, 2K + k, ... of the batch, so on a mesh each device keeps its own rows.
+    BatchNorm statistics are updated by each micro-batch in turn (as PyTorch's are), so a model
+    with BatchNorm sees micro-batch statistics; Sophia's Hessian estimate uses the first
+    micro-batch; the step's key is split into one key per micro-batch.
+
     Arguments:
         optimizer: the optimizer (a `GradientTransformation`, Frost's or optax's).
         loss_fn: `(model, batch, key) -> (loss, (stats_model, metrics))`: a float32 scalar loss,
@@ -116,6 +129,8 @@ def train_step(
         hessian: Sophia's Hessian-diagonal estimator, "gnb" or "hutchinson" (losses.HESSIAN);
             None for every other optimizer.
         precision: "fp32", "bf16" or "fp16", the dtype of the forward and backward pass.
+        grad_accum: K, the micro-batches the batch is split into; the batch's rows must be a
+            multiple of K.
 
     Returns:
         The step `(model, opt_state, batch, key) -> (model, opt_state, metrics)`. The metrics hold
@@ -125,6 +140,8 @@ def train_step(
     """
     if hessian is not None and hessian not in HESSIAN:
         raise ValueError(f"hessian={hessian!r}: choose one of {', '.join(HESSIAN)}")
+    if grad_accum < 1:
+        raise ValueError(f"grad_accum={grad_accum}: must be at least 1")
     policy = mixed.policy(precision)
 
     # the loss (times `scale`) in the compute dtype, returned in float32
@@ -133,6 +150,30 @@ def train_step(
             policy.cast_to_compute(model), policy.cast_to_compute(batch), key
         )
         return policy.cast_to_output(loss) * scale, (policy.cast_to_param(stats_model), metrics)
+
+    gradient = jax.value_and_grad(objective, has_aux=True)
+
+    def accumulated(model, micro_batches, key, scale):
+        """`gradient` over the (K, B, ...) micro-batches: the mean of their losses, metrics and
+        gradients, with the BatchNorm statistics of the last."""
+        keys = jax.random.split(key, grad_accum)
+
+        def body(carry, xs):
+            stats_model, sums = carry
+            micro_batch, micro_key = xs
+            current = nn.update_buffers(model, stats_model)
+            (loss, (stats_model, metrics)), grads = gradient(current, micro_batch, micro_key, scale)
+            # the carry keeps the model's dtypes (the objective returns float32 statistics)
+            stats_model = jax.tree.map(lambda new, old: new.astype(old.dtype), stats_model, model)
+            sums = jax.tree.map(jnp.add, sums, (loss, metrics, grads))
+            return (stats_model, sums), None
+
+        first = jax.tree.map(lambda a: a[0], micro_batches)
+        (loss, (_, metrics)), grads = jax.eval_shape(gradient, model, first, keys[0], scale)
+        zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), (loss, metrics, grads))
+        (stats_model, sums), _ = jax.lax.scan(body, (model, zeros), (micro_batches, keys))
+        loss, metrics, grads = jax.tree.map(lambda total: total / grad_accum, sums)
+        return (loss, (stats_model, metrics)), grads
 
     def step(model, opt_state, batch, key):
         batch = prepare(batch)
@@ -143,12 +184,17 @@ def train_step(
             )
         # fp16: the gradient is of loss * scale
         scale = scaled[0].scale.scale if scaled else jnp.float32(1)
-        gradient = jax.value_and_grad(objective, has_aux=True)
-        (loss, (stats_model, metrics)), grads = gradient(model, batch, key, scale)
+        if grad_accum == 1:
+            (loss, (stats_model, metrics)), grads = gradient(model, batch, key, scale)
+            hessian_batch = batch
+        else:
+            micro_batches = jax.tree.map(lambda a: _micro_batches(a, grad_accum), batch)
+            (loss, (stats_model, metrics)), grads = accumulated(model, micro_batches, key, scale)
+            hessian_batch = jax.tree.map(lambda a: a[0], micro_batches)
         loss = loss / scale
 
         def estimate():
-            return HESSIAN[hessian](objective, model, batch, key)
+            return HESSIAN[hessian](objective, model, hessian_batch, key)
 
         # Sophia: refresh the Hessian estimate first
         new_opt_state = opt_state if hessian is None else update_hessian(opt_state, estimate)
@@ -167,6 +213,14 @@ def train_step(
     return step
 
 
+def _micro_batches(a: jax.Array, k: int) -> jax.Array:
+    """(K * B, ...) -> (K, B, ...): micro-batch i holds rows i, K + i, 2K + i, ... (a split of each
+    device's rows when the batch is sharded over its first axis)."""
+    if a.shape[0] % k:
+        raise ValueError(f"grad_accum={k}: the batch's {a.shape[0]} rows are not a multiple of it")
+    return jnp.swapaxes(a.reshape(a.shape[0] // k, k, *a.shape[1:]), 0, 1)
+
+
 def _learning_rate(opt_state) -> dict:
     """{"learning_rate": the step's value} for a Frost optimizer's state (the first, with Muon's
     two)."""
@@ -183,6 +237,7 @@ def make_train_step(
     prepare: Callable[[PyTree], PyTree] = lambda batch: batch,
     hessian: str | None = None,
     precision: str = "fp32",
+    grad_accum: int = 1,
     *,
     shardings: tuple[PyTree, PyTree, jax.sharding.NamedSharding] | None = None,
 ) -> Step:
@@ -207,6 +262,8 @@ def make_train_step(
             None for every other optimizer.
         precision: "fp32", "bf16" or "fp16" (frost.nn.precision), the dtype of the forward and
             backward pass; fp16 needs the optimizer in `frost.optim.scaling.dynamic_scaling`.
+        grad_accum: K, the micro-batches each batch is split into, their gradients averaged
+            (see `train_step`); the batch's rows must be a multiple of K.
         shardings: keyword only; `(model, opt_state, batch)`: the model's and the optimizer
             state's trees of `NamedSharding`s (e.g. from `frost.parallel.fsdp`) and the batch's
             `NamedSharding` (`frost.parallel.batch_sharding`). None: one device, no layout pinned.
@@ -215,7 +272,7 @@ def make_train_step(
         The jitted step `(model, opt_state, batch, key) -> (model, opt_state, metrics)` (see
         `train_step`). The model and optimizer state passed in are donated: use the returned ones.
     """
-    step = train_step(optimizer, loss_fn, prepare, hessian, precision)
+    step = train_step(optimizer, loss_fn, prepare, hessian, precision, grad_accum)
     if shardings is None:
         return jax.jit(step, donate_argnums=(0, 1))
     model_sh, opt_sh, batch_sh = shardings
@@ -389,20 +446,29 @@ class FitConfig:
     Arguments:
         epochs: train until the loader reaches this epoch.
         run_dir: checkpoints/ (the newest 3 kept, as `save` keeps) and metrics.jsonl go here.
-        max_steps: stop after this many steps (the schedule is unchanged).
+        max_steps: stop after this many steps (the optimizer's schedule is the caller's: a job
+            makes it end here).
+        eval_every: evaluate (after a checkpoint) every this many steps and at the last step;
+            None: at the end of each epoch, as the checkpoints.
         log_every: steps between metrics records.
         unit: what `count(batch)` counts, for the throughput (`images_per_s`).
         eval_name: the prefix of `eval_fn`'s keys in the records (`test_accuracy`).
         on_nonfinite: the non-finite policy: "stop", or "skip" (up to `max_skips` in a row).
         max_skips: with "skip", stop at this many non-finite steps in a row.
         tensorboard: also write the records as TensorBoard scalars in run_dir/tensorboard.
-        progress: show progress bars and per-epoch lines.
+        progress: show a progress bar and a line for each evaluation.
         meta: extra JSON kept in every checkpoint's manifest (e.g. the job's config).
+        flops_per_unit: the model FLOPs of training on one unit (a token: 6N plus attention,
+            `frost.models.GPT.flops_per_token`), added to each evaluation's record with the
+            throughput; None: not known.
+        peak_flops: the devices' peak FLOP/s together (`metrics.peak_flops` times the device
+            count), for the model FLOPs utilisation (MFU) of each evaluation; None: not known.
     """
 
     epochs: int
     run_dir: str | pathlib.Path
     max_steps: int | None = None
+    eval_every: int | None = None
     log_every: int = 20
     unit: str = "images"
     eval_name: str = "test"
@@ -411,6 +477,47 @@ class FitConfig:
     tensorboard: bool = False
     progress: bool = True
     meta: dict | None = None
+    flops_per_unit: float | None = None
+    peak_flops: float | None = None
+
+
+class _Clock:
+    """Training throughput: units trained per second of training steps, from the end of the first
+    step (its compilation) on; evaluations and checkpoints (between `pause` and `resume`) are not
+    counted. A run of one step counts that step, compilation and all."""
+
+    def __init__(self):
+        self.units = 0
+        self.seconds = 0.0  # of training, up to `started`
+        self.started = time.perf_counter()  # None while paused
+        self.first = None  # (units, seconds) of the first step
+
+    def add(self, units: int, metrics: dict) -> None:
+        """Count a dispatched step of `units`; the first waits for its `metrics`."""
+        if self.first is None:
+            jax.block_until_ready(metrics)
+            self.first = (units, time.perf_counter() - self.started)
+            self.started = time.perf_counter()
+        else:
+            self.units += units
+
+    def pause(self) -> None:
+        self.seconds += time.perf_counter() - self.started
+        self.started = None
+
+    def resume(self) -> None:
+        self.started = time.perf_counter()
+
+    def rate(self) -> float:
+        """Units per second so far (the steps dispatched may still be running)."""
+        seconds = self.seconds
+        if self.started is not None:
+            seconds += time.perf_counter() - self.started
+        if self.units == 0:  # one step so far: count it
+            units, seconds = self.first or (0, 0.0)
+        else:
+            units = self.units
+        return units / seconds if seconds > 0 else 0.0
 
 
 def fit(
@@ -422,11 +529,12 @@ def fit(
     count: Callable[[PyTree], int] = lambda batch: len(jax.tree.leaves(batch)[0]),
     place: Callable[[PyTree], PyTree] = lambda batch: batch,
 ) -> TrainState:
-    """Train until `loader.epoch == config.epochs` (or `config.max_steps`), checkpointing after
-    every epoch.
+    """Train until `loader.epoch == config.epochs` or `config.max_steps`, checkpointing and
+    evaluating every `config.eval_every` steps and at the last (or after every epoch).
 
     Metrics go to `run_dir/metrics.jsonl` (records past `state.step` from an earlier attempt are
-    dropped first), with the throughput in `config.unit`s per second.
+    dropped first), with the throughput in `config.unit`s per second. Each evaluation is written
+    after its checkpoint, so a run killed between the two evaluates first when it resumes.
 
     Arguments:
         state: where training starts: a fresh state, or one from `restore`.
@@ -434,14 +542,16 @@ def fit(
             metrics)` (`make_train_step`); its metrics hold a scalar "loss" and a bool "finite".
         loader: a `frost.data.Loader`, positioned already (built with
             `state=state.loader_state`).
-        config: how to run: epochs, run directory, logging, the non-finite policy.
-        eval_fn: `eval_fn(model) -> dict` of numbers, run after each epoch's checkpoint is written
-            and logged as `{config.eval_name}_{key}`; None: no evaluation.
+        config: how to run: length, evaluations, run directory, logging, the non-finite policy.
+        eval_fn: `eval_fn(model) -> dict` of numbers, run after each evaluation's checkpoint is
+            written and logged as `{config.eval_name}_{key}` with the throughput; None: no
+            evaluation.
         count: the number of `config.unit`s in a loader batch (its rows by default).
         place: puts a loader batch on the devices (e.g. `frost.parallel.global_batch`).
 
     Returns:
-        The state after the last step, its `last_eval` the latest evaluation.
+        The state after the last step, its `last_eval` the latest evaluation (with the
+        throughput).
 
     Raises:
         NonFiniteError: a non-finite step that the policy does not skip.
@@ -453,78 +563,137 @@ def fit(
         )
     run_dir = pathlib.Path(config.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    with metrics_log.Log(run_dir, state.step, config.tensorboard, jax.process_index() == 0) as log:
-        if eval_fn is not None and state.step and loader.batch == 0:  # resumed at an epoch's end
-            path = run_dir / "metrics.jsonl"  # killed after its checkpoint, before its evaluation?
+    last = config.epochs * len(loader)  # the run's last step
+    if config.max_steps is not None:
+        last = min(last, config.max_steps)
+
+    def evaluates(step: int, epoch_ended: bool) -> bool:
+        """Whether `step` is followed by an evaluation."""
+        if config.eval_every is None:
+            return epoch_ended
+        return step % config.eval_every == 0 or step == last
+
+    policy = _Policy(config.on_nonfinite, config.max_skips, run_dir)
+    clock = _Clock()
+    with (
+        metrics_log.Log(run_dir, state.step, config.tensorboard, jax.process_index() == 0) as log,
+        tqdm(
+            total=last,
+            initial=min(state.step, last),
+            disable=not config.progress,
+            dynamic_ncols=True,
+        ) as bar,  # closed before an error shows
+    ):
+
+        def checkpoint(state: TrainState, evaluate: bool) -> TrainState:
+            """Save `state`, then evaluate it: the checkpoint first, so nothing after it (an
+            evaluation) can lose the steps before it. Neither counts as training time."""
+            clock.pause()
+            save(run_dir, state, **(config.meta or {}))
+            if evaluate and eval_fn is not None:
+                state = _evaluate(state, len(loader), eval_fn, config, log, clock)
+            clock.resume()
+            return state
+
+        # killed after its checkpoint, before its evaluation?
+        if eval_fn is not None and state.step and evaluates(state.step, loader.batch == 0):
+            path = run_dir / "metrics.jsonl"
             if not parallel.on_first(
                 lambda: metrics_log.logged(path, state.step, config.eval_name)
             ):
-                state = _evaluate(state, loader.epoch - 1, eval_fn, config, log)
-        while loader.epoch < config.epochs and (
-            config.max_steps is None or state.step < config.max_steps
-        ):
+                state = _evaluate(state, len(loader), eval_fn, config, log, clock)
+        while loader.epoch < config.epochs and state.step < last:
             epoch = loader.epoch
-            policy = _Policy(config.on_nonfinite, config.max_skips, run_dir)
-            seen = 0  # units (config.unit) trained on this epoch
-            t0 = time.perf_counter()
+            bar.set_description(f"epoch {epoch + 1}/{-(-last // len(loader))}")
             pending = None  # the metrics of the step dispatched last, its flag not read yet
-            with tqdm(
-                total=len(loader),
-                initial=loader.batch,
-                desc=f"epoch {epoch + 1}/{config.epochs}",
-                disable=not config.progress,
-                dynamic_ncols=True,
-            ) as bar:  # closed before an error shows
-                for batch in loader:
-                    model, opt_state, metrics = train_step(
-                        state.model, state.opt_state, place(batch), _fold_in(state.key, state.step)
-                    )
-                    state = policy(pending, state)  # the previous step's flag, while this one runs
-                    pending = metrics
-                    state = dataclasses.replace(
-                        state,
-                        model=model,
-                        opt_state=opt_state,
-                        step=state.step + 1,
-                        loader_state=loader.state(),
-                    )
-                    seen += count(batch)
-                    bar.update(1)
-                    # waits for this step anyway
-                    if state.step % config.log_every == 0 and bool(metrics["finite"]):
-                        state = policy(pending, state)
-                        pending = None
-                        rate = seen / (time.perf_counter() - t0)
-                        others = {k: v for k, v in metrics.items() if k not in ("loss", "finite")}
-                        record = {
-                            "step": state.step,
-                            "epoch": epoch,
-                            "loss": float(metrics["loss"]),
-                            f"{config.unit}_per_s": rate,
-                            **{k: float(v) for k, v in others.items()},
-                        }
-                        if state.skipped:
-                            record["skipped"] = state.skipped
-                        log.write(record)
-                        bar.set_postfix(loss=f"{record['loss']:.4f}", per_s=f"{rate:.0f}")
-                    if config.max_steps is not None and state.step >= config.max_steps:
-                        break
-                state = policy(pending, state)
-            # the checkpoint first: nothing after it (an evaluation) can lose the epoch
-            save(run_dir, state, **(config.meta or {}))
-            if loader.epoch > epoch and eval_fn is not None:
-                state = _evaluate(state, epoch, eval_fn, config, log)
+            for batch in loader:
+                model, opt_state, metrics = train_step(
+                    state.model, state.opt_state, place(batch), _fold_in(state.key, state.step)
+                )
+                state = policy(pending, state)  # the previous step's flag, while this one runs
+                pending = metrics
+                state = dataclasses.replace(
+                    state,
+                    model=model,
+                    opt_state=opt_state,
+                    step=state.step + 1,
+                    loader_state=loader.state(),
+                )
+                clock.add(count(batch), metrics)
+                bar.update(1)
+                # waits for this step anyway
+                if state.step % config.log_every == 0 and bool(metrics["finite"]):
+                    state = policy(pending, state)
+                    pending = None
+                    _log_step(state, epoch, metrics, clock.rate(), config, log, bar)
+                if config.eval_every is not None and evaluates(state.step, False):
+                    state = policy(pending, state)  # only finite states are saved
+                    pending = None
+                    state = checkpoint(state, evaluate=True)
+                if state.step >= last:
+                    break
+            state = policy(pending, state)
+            if config.eval_every is None:
+                state = checkpoint(state, evaluate=loader.epoch > epoch)
     return state
 
 
+def _log_step(state, epoch, metrics, rate, config, log, bar) -> None:
+    """Write a step's metrics record, and show its loss on the bar."""
+    others = {k: v for k, v in metrics.items() if k not in ("loss", "finite")}
+    record = {
+        "step": state.step,
+        "epoch": epoch,
+        "loss": float(metrics["loss"]),
+        f"{config.unit}_per_s": rate,
+        **{k: float(v) for k, v in others.items()},
+    }
+    if state.skipped:
+        record["skipped"] = state.skipped
+    log.write(record)
+    bar.set_postfix(loss=f"{record['loss']:.4f}", per_s=f"{rate:.0f}")
+
+
 def _evaluate(
-    state: TrainState, epoch: int, eval_fn, config: FitConfig, log: metrics_log.Log
+    state: TrainState,
+    per_epoch: int,
+    eval_fn,
+    config: FitConfig,
+    log: metrics_log.Log,
+    clock: _Clock,
 ) -> TrainState:
-    """`eval_fn` on the model after `epoch`, logged and printed, and kept in `state.last_eval`."""
+    """`eval_fn` on the model at `state.step`, logged with the training throughput so far (when
+    this fit has trained), printed, and kept in `state.last_eval` and `state.speed`."""
     result = eval_fn(state.model)
-    named = {f"{config.eval_name}_{k}": v for k, v in result.items()}
-    log.write({"step": state.step, "epoch": epoch, **named})
+    text = ", ".join(f"{config.eval_name} {k} {v:.4f}" for k, v in result.items())
+    speed = None
+    if clock.first is not None:
+        speed = _speed(clock.rate(), config)
+        text += f"; {speed[f'{config.unit}_per_s']:,.0f} {config.unit}/s"
+        flops = speed.get(f"flops_per_{_singular(config.unit)}")
+        if flops is not None:
+            text += f", {flops / 1e6:,.1f} MFLOPs a {_singular(config.unit)}"
+        if "mfu" in speed:
+            text += f", MFU {100 * speed['mfu']:.1f}%"
+    record = {f"{config.eval_name}_{k}": v for k, v in result.items()}
+    epoch = (state.step - 1) // per_epoch  # the epoch of the step's batch
+    log.write({"step": state.step, "epoch": epoch, **record, **(speed or {})})
     if config.progress:
-        text = ", ".join(f"{config.eval_name} {k} {v:.4f}" for k, v in result.items())
-        print(f"epoch {epoch + 1}: {text}", flush=True)
-    return dataclasses.replace(state, last_eval=result)
+        tqdm.write(f"step {state.step} (epoch {state.step / per_epoch:.2f}): {text}")
+    return dataclasses.replace(state, last_eval=result, speed=speed)
+
+
+def _singular(unit: str) -> str:
+    return unit.removesuffix("s")  # tokens -> token
+
+
+def _speed(rate: float, config: FitConfig) -> dict:
+    """The training throughput under the names of metrics.jsonl and result.json: `{unit}_per_s`;
+    with `config.flops_per_unit`, `flops_per_{unit}` (flops_per_token); with `config.peak_flops`
+    too, `mfu`, the model FLOPs utilisation (achieved model FLOP/s over the peak)."""
+    speed = {f"{config.unit}_per_s": rate}
+    if config.flops_per_unit is not None:
+        speed[f"flops_per_{_singular(config.unit)}"] = config.flops_per_unit
+        if config.peak_flops:
+            speed["mfu"] = rate * config.flops_per_unit / config.peak_flops
+    return speed

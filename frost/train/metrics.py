@@ -4,6 +4,9 @@
 A crash can cut the last line short, and a run resumed from an earlier checkpoint repeats the
 steps after it; `read` skips a cut last line (only the last: damage elsewhere is an error), and
 `rewind` drops the records past the step a run resumes from, so no step is logged twice.
+
+`peak_flops` gives a device's peak FLOP/s (a small table by device kind), for the model FLOPs
+utilisation (MFU) that each evaluation's record gives on a GPU or TPU.
 """
 
 import contextlib
@@ -12,6 +15,36 @@ import pathlib
 
 from frost import atomic
 from frost.config import UsageError
+
+# Peak dense FLOP/s of one device by its kind (`jax.Device.device_kind`), from the vendors' data
+# sheets: (bf16 or fp16, fp32 matrix multiplies). JAX multiplies float32 matrices on NVIDIA GPUs in
+# TF32 by default, so the fp32 column of those is TF32's. The first key the kind contains wins.
+PEAK_FLOPS = {
+    "H100 PCIe": (756e12, 378e12),
+    "H100": (989e12, 495e12),  # SXM
+    "H200": (989e12, 495e12),
+    "A100": (312e12, 156e12),
+    "L40S": (362e12, 183e12),
+    "L4": (121e12, 60e12),
+    "TPU v4": (275e12, 275e12),  # TPUs multiply float32 matrices in bf16 passes by default
+    "TPU v5 lite": (197e12, 197e12),
+}
+
+
+def peak_flops(device_kind: str, precision: str = "fp32") -> float | None:
+    """The peak FLOP/s of one device, for the model FLOPs utilisation (MFU).
+
+    Arguments:
+        device_kind: `jax.devices()[0].device_kind`, e.g. "NVIDIA H100 80GB HBM3".
+        precision: "fp32", "bf16" or "fp16" (`--precision`): the compute dtype of the matmuls.
+
+    Returns:
+        FLOP/s from PEAK_FLOPS, or None for a device not in it (a CPU).
+    """
+    for name, (half, full) in PEAK_FLOPS.items():
+        if name in device_kind:
+            return full if precision == "fp32" else half
+    return None
 
 
 def read(path) -> list[dict]:
