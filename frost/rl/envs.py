@@ -1,9 +1,13 @@
 """Environments in jax.numpy, so that a whole agent (acting, stepping, learning) compiles into one
-program (the Anakin design, Hessel et al. 2021, arXiv 2104.06272; gymnax, Lange 2022).
+program (the Anakin design, Hessel et al. 2021, arXiv 2104.06272; gymnax, Lange 2022): CartPole
+(Barto, Sutton & Anderson 1983), bsuite's Catch (Osband et al. 2020) and MinAtar's Breakout (Young
+& Tian 2019).
 
-    env = make("cartpole")                                   # or "catch", "breakout"
-    obs, state = env.reset(key)                              # obs: env.observation_shape, float32
-    obs, state, reward, done, info = env.step(key, state, action)
+```python
+env = make("cartpole")                                   # or "catch", "breakout"
+obs, state = env.reset(key)                              # obs: env.observation_shape, float32
+obs, state, reward, done, info = env.step(key, state, action)
+```
 
 Everything is a pure function of its arguments, so `jax.vmap(env.step)` steps a batch of
 environments and `lax.scan` runs them for many steps. `step` resets by itself: when an episode
@@ -21,21 +25,55 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from frost.tree import where
+from frost.tree import PyTree, where
 
 i32, f32 = jnp.int32, jnp.float32
 
 
 class Env:
+    """An environment as pure functions: a subclass defines `init(key) -> state`,
+    `transition(state, action) -> (state, reward, terminated, truncated)` and `observe(state) ->
+    obs`, and the class attributes below; `reset` and `step` are built from them. One
+    environment, unbatched: `jax.vmap` steps many.
+
+    Attributes:
+        observation_shape: the shape of an observation (float32).
+        num_actions: the discrete actions, 0 .. num_actions - 1.
+        eval_steps: how long an evaluation episode may last.
+    """
+
     observation_shape: tuple
     num_actions: int
     eval_steps: int  # how long an evaluation episode may last
 
-    def reset(self, key):
+    def reset(self, key: jax.Array) -> tuple[jax.Array, PyTree]:
+        """A new episode.
+
+        Arguments:
+            key: a PRNG key (`jax.random.key`), for the start state.
+
+        Returns:
+            (obs, state): the first observation, `observation_shape` float32, and the state.
+        """
         state = self.init(key)
         return self.observe(state), state
 
-    def step(self, key, state, action):
+    def step(
+        self, key: jax.Array, state: PyTree, action: jax.Array
+    ) -> tuple[jax.Array, PyTree, jax.Array, jax.Array, dict]:
+        """One step, resetting by itself: where the episode ends, the returned observation and
+        state are those of a new episode drawn with `key`, and the reward is the old one's last.
+
+        Arguments:
+            key: a PRNG key (`jax.random.key`), used only for the reset.
+            state: the environment's state (its state NamedTuple).
+            action: () int32, the action.
+
+        Returns:
+            (obs, state, reward, done, info): the next observation (`observation_shape`
+            float32) and state, the reward () float32, done () bool (terminated or truncated),
+            and info {"terminated": () bool, "truncated": () bool}, as gymnasium's step.
+        """
         state, reward, terminated, truncated = self.transition(state, action)
         done = terminated | truncated
         state = where(done, self.init(key), state)
@@ -44,6 +82,16 @@ class Env:
 
 
 class CartPoleState(NamedTuple):
+    """CartPole's state, each field a () array.
+
+    Attributes:
+        x: the cart's position (float32).
+        x_dot: its velocity.
+        theta: the pole's angle from upright, in radians.
+        theta_dot: its angular velocity.
+        t: () int32, the steps taken in this episode.
+    """
+
     x: jax.Array
     x_dot: jax.Array
     theta: jax.Array
@@ -52,45 +100,67 @@ class CartPoleState(NamedTuple):
 
 
 class CartPole(Env):
-    """gymnasium's CartPole-v1 (Barto, Sutton & Anderson 1983): the same constants and explicit
-    Euler step; push left (0) or right (1); reward 1 every step; terminated when |x| > 2.4 or
-    |theta| > 12 degrees, truncated after 500 steps; the state starts uniform in (-0.05, 0.05).
-    (gymnasium integrates in float64, this in float32.)"""
+    """gymnasium's CartPole-v1 (Barto, Sutton & Anderson 1983, "Neuronlike adaptive elements that
+    can solve difficult learning control problems"): the same constants and explicit Euler step;
+    push left (0) or right (1); reward 1 every step; terminated when |x| > 2.4 or |theta| > 12
+    degrees, truncated after 500 steps; the state starts uniform in (-0.05, 0.05). The
+    observation is (x, x_dot, theta, theta_dot), (4,) float32. (gymnasium integrates in float64,
+    this in float32.)"""
 
-    observation_shape, num_actions, eval_steps = (4,), 2, 500
-    gravity, masscart, masspole, length, force_mag, tau = 9.8, 1.0, 0.1, 0.5, 10.0, 0.02
-    x_threshold, theta_threshold, max_steps = 2.4, 12 * 2 * math.pi / 360, 500
+    observation_shape = (4,)
+    num_actions = 2
+    eval_steps = 500
+    # gymnasium's constants
+    gravity = 9.8
+    masscart = 1.0
+    masspole = 0.1
+    length = 0.5  # half the pole's length
+    force_mag = 10.0
+    tau = 0.02  # seconds between steps
+    x_threshold = 2.4
+    theta_threshold = 12 * 2 * math.pi / 360
+    max_steps = 500
 
     def init(self, key):
         # x, x_dot, theta, theta_dot
         return CartPoleState(*jax.random.uniform(key, (4,), f32, -0.05, 0.05), i32(0))
 
-    def transition(self, s, action):
-        total, pole_ml = self.masspole + self.masscart, self.masspole * self.length
+    def transition(self, state, action):
+        total_mass = self.masspole + self.masscart
+        polemass_length = self.masspole * self.length
         force = jnp.where(action == 1, self.force_mag, -self.force_mag)
-        cos, sin = jnp.cos(s.theta), jnp.sin(s.theta)
-        temp = (force + pole_ml * s.theta_dot**2 * sin) / total
+        cos = jnp.cos(state.theta)
+        sin = jnp.sin(state.theta)
+        temp = (force + polemass_length * state.theta_dot**2 * sin) / total_mass
         theta_acc = (self.gravity * sin - cos * temp) / (
-            self.length * (4.0 / 3.0 - self.masspole * cos**2 / total)
+            self.length * (4.0 / 3.0 - self.masspole * cos**2 / total_mass)
         )
-        x_acc = temp - pole_ml * theta_acc * cos / total
+        x_acc = temp - polemass_length * theta_acc * cos / total_mass
         new = CartPoleState(
-            s.x + self.tau * s.x_dot,
-            s.x_dot + self.tau * x_acc,
-            s.theta + self.tau * s.theta_dot,
-            s.theta_dot + self.tau * theta_acc,
-            s.t + 1,
+            state.x + self.tau * state.x_dot,
+            state.x_dot + self.tau * x_acc,
+            state.theta + self.tau * state.theta_dot,
+            state.theta_dot + self.tau * theta_acc,
+            state.t + 1,
         )
         terminated = (jnp.abs(new.x) > self.x_threshold) | (
             jnp.abs(new.theta) > self.theta_threshold
         )
         return new, jnp.ones((), f32), terminated, new.t >= self.max_steps
 
-    def observe(self, s):
-        return jnp.stack([s.x, s.x_dot, s.theta, s.theta_dot])  # (4,)
+    def observe(self, state):
+        return jnp.stack([state.x, state.x_dot, state.theta, state.theta_dot])  # (4,)
 
 
 class CatchState(NamedTuple):
+    """Catch's state, each field a () int32 array.
+
+    Attributes:
+        ball_x: the ball's column.
+        ball_y: the ball's row, 0 at the top.
+        paddle_x: the paddle's column (it moves on the bottom row).
+    """
+
     ball_x: jax.Array
     ball_y: jax.Array
     paddle_x: jax.Array
@@ -103,27 +173,44 @@ class Catch(Env):
     with reward +1 if the paddle is under it, else -1. The observation is the board, 1 at the ball
     and at the paddle."""
 
-    observation_shape, num_actions, eval_steps = (10, 5), 3, 9
-    rows, columns = 10, 5
+    observation_shape = (10, 5)
+    num_actions = 3
+    eval_steps = 9
+    rows = 10
+    columns = 5
 
     def init(self, key):
         return CatchState(
             jax.random.randint(key, (), 0, self.columns, i32), i32(0), i32(self.columns // 2)
         )
 
-    def transition(self, s, action):
-        paddle = jnp.clip(s.paddle_x + action - 1, 0, self.columns - 1)
-        y = s.ball_y + 1
+    def transition(self, state, action):
+        paddle = jnp.clip(state.paddle_x + action - 1, 0, self.columns - 1)
+        y = state.ball_y + 1
         done = y == self.rows - 1
-        reward = jnp.where(done, jnp.where(paddle == s.ball_x, 1.0, -1.0), 0.0)
-        return CatchState(s.ball_x, y, paddle), reward, done, jnp.zeros((), bool)
+        reward = jnp.where(done, jnp.where(paddle == state.ball_x, 1.0, -1.0), 0.0)
+        return CatchState(state.ball_x, y, paddle), reward, done, jnp.zeros((), bool)
 
-    def observe(self, s):
+    def observe(self, state):
         board = jnp.zeros((self.rows, self.columns), f32)  # (10, 5)
-        return board.at[s.ball_y, s.ball_x].set(1.0).at[self.rows - 1, s.paddle_x].set(1.0)
+        board = board.at[state.ball_y, state.ball_x].set(1.0)
+        return board.at[self.rows - 1, state.paddle_x].set(1.0)
 
 
 class BreakoutState(NamedTuple):
+    """Breakout's state, each field a () array but `bricks`.
+
+    Attributes:
+        ball_x: the ball's column, int32.
+        ball_y: the ball's row, 0 at the top, int32.
+        ball_dir: the ball's direction, int32: 0 up-left, 1 up-right, 2 down-right, 3 down-left.
+        last_x: the ball's column on the previous step (the observation's trail).
+        last_y: its row on the previous step.
+        paddle: the paddle's column on the bottom row, int32.
+        bricks: (10, 10) bool, True where a brick stands.
+        strike: bool, the ball broke a brick on the previous step.
+    """
+
     ball_x: jax.Array
     ball_y: jax.Array
     ball_dir: jax.Array  # 0 up-left, 1 up-right, 2 down-right, 3 down-left
@@ -142,7 +229,9 @@ class Breakout(Env):
     Observation (10, 10, 4) NHWC, channels paddle, ball, trail (the ball's last cell), brick.
     MinAtar has no time limit; evaluation stops at 1000 steps."""
 
-    observation_shape, num_actions, eval_steps = (10, 10, 4), 3, 1000
+    observation_shape = (10, 10, 4)
+    num_actions = 3
+    eval_steps = 1000
     # the new direction per old one: off a side wall, off the top (or a brick, or the paddle's
     # centre), off the paddle's edge
     FLIP_X = (1, 0, 3, 2)
@@ -155,38 +244,56 @@ class Breakout(Env):
         x, y = 9 * right, i32(3)
         return BreakoutState(x, y, 2 + right, x, y, i32(4), self.wall(), jnp.zeros((), bool))
 
-    def wall(self):  # a new episode's bricks, and the refill when all are gone: rows 1 to 3
+    def wall(self):
+        """A new episode's bricks, and the refill when all are gone: rows 1 to 3."""
         return jnp.zeros((10, 10), bool).at[1:4].set(True)
 
-    def transition(self, s, action):
+    def transition(self, state, action):
         flip_x, flip_y, edge = jnp.array([self.FLIP_X, self.FLIP_Y, self.PADDLE_EDGE], i32)
-        paddle = jnp.clip(s.paddle + jnp.where(action == 1, -1, jnp.where(action == 2, 1, 0)), 0, 9)
-        x = s.ball_x + jnp.array([-1, 1, 1, -1], i32)[s.ball_dir]
-        y = s.ball_y + jnp.array([-1, -1, 1, 1], i32)[s.ball_dir]
-        d = jnp.where((x < 0) | (x > 9), flip_x[s.ball_dir], s.ball_dir)  # side wall
-        x, top, y = jnp.clip(x, 0, 9), y < 0, jnp.maximum(y, 0)
-        brick = ~top & s.bricks[y, x]
-        gain = brick & ~s.strike  # a brick breaks only if the last step broke none
+        move = jnp.where(action == 1, -1, jnp.where(action == 2, 1, 0))
+        paddle = jnp.clip(state.paddle + move, 0, 9)
+        x = state.ball_x + jnp.array([-1, 1, 1, -1], i32)[state.ball_dir]
+        y = state.ball_y + jnp.array([-1, -1, 1, 1], i32)[state.ball_dir]
+        # the new direction, off a side wall
+        direction = jnp.where((x < 0) | (x > 9), flip_x[state.ball_dir], state.ball_dir)
+        x = jnp.clip(x, 0, 9)
+        top = y < 0
+        y = jnp.maximum(y, 0)
+        brick = ~top & state.bricks[y, x]
+        gain = brick & ~state.strike  # a brick breaks only if the last step broke none
         bottom = ~top & ~brick & (y == 9)
-        bricks = s.bricks.at[y, x].set(s.bricks[y, x] & ~gain)
+        bricks = state.bricks.at[y, x].set(state.bricks[y, x] & ~gain)
         bricks = jnp.where(bottom & ~bricks.any(), self.wall(), bricks)
-        centre = bottom & (s.ball_x == paddle)  # straight back up
+        centre = bottom & (state.ball_x == paddle)  # straight back up
         side = bottom & ~centre & (x == paddle)  # off the paddle's edge
-        d = jnp.where(top | gain | centre, flip_y[d], jnp.where(side, edge[d], d))
-        y = jnp.where(gain | centre | side, s.ball_y, y)
-        new = BreakoutState(x, y, d, s.ball_x, s.ball_y, paddle, bricks, brick)
+        bounce = jnp.where(side, edge[direction], direction)
+        direction = jnp.where(top | gain | centre, flip_y[direction], bounce)
+        y = jnp.where(gain | centre | side, state.ball_y, y)
+        new = BreakoutState(x, y, direction, state.ball_x, state.ball_y, paddle, bricks, brick)
         return new, gain.astype(f32), bottom & ~centre & ~side, jnp.zeros((), bool)
 
-    def observe(self, s):
+    def observe(self, state):
         obs = jnp.zeros((10, 10, 4), f32)  # channels paddle, ball, trail, brick
-        obs = obs.at[9, s.paddle, 0].set(1.0).at[s.ball_y, s.ball_x, 1].set(1.0)
-        return obs.at[s.last_y, s.last_x, 2].set(1.0).at[:, :, 3].set(s.bricks.astype(f32))
+        obs = obs.at[9, state.paddle, 0].set(1.0).at[state.ball_y, state.ball_x, 1].set(1.0)
+        obs = obs.at[state.last_y, state.last_x, 2].set(1.0)
+        return obs.at[:, :, 3].set(state.bricks.astype(f32))
 
 
 ENVS = {"cartpole": CartPole, "catch": Catch, "breakout": Breakout}
 
 
 def make(name: str) -> Env:
+    """The environment called `name`.
+
+    Arguments:
+        name: "cartpole", "catch" or "breakout" (the keys of ENVS).
+
+    Returns:
+        A new `Env` of that kind.
+
+    Raises:
+        ValueError: `name` is not one of them.
+    """
     if name not in ENVS:
         raise ValueError(
             f"unknown environment {name!r}; the jnp environments are {', '.join(ENVS)}"

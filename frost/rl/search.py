@@ -1,43 +1,82 @@
 """Batched MuZero and Gumbel MuZero tree search in jax.numpy, with mctx's interface (Babuschkin
 et al. 2020, github.com/google-deepmind/mctx), so `from frost.rl import search as mctx` switches.
+MuZero's search follows Schrittwieser et al. 2020, "Mastering Atari, Go, chess and shogi by
+planning with a learned model" (arXiv 1911.08265); Gumbel MuZero's, Danihelka et al. 2022,
+"Policy improvement by planning with Gumbel" (ICLR).
 
-    root = RootFnOutput(prior_logits=logits, value=v, embedding=h)     # (B, A), (B,), (B, ...)
-    def recurrent_fn(params, key, action, embedding):                  # action (B,)
-        return RecurrentFnOutput(reward, discount, prior_logits, value), new_embedding
-    out = gumbel_muzero_policy(params, key, root, recurrent_fn, num_simulations=8)
-    out.action, out.action_weights, out.search_tree                    # (B,), (B, A), Tree
+```python
+root = RootFnOutput(prior_logits=logits, value=v, embedding=h)     # (B, A), (B,), (B, ...)
+def recurrent_fn(params, key, action, embedding):                  # action (B,)
+    return RecurrentFnOutput(reward, discount, prior_logits, value), new_embedding
+out = gumbel_muzero_policy(params, key, root, recurrent_fn, num_simulations=8)
+out.action, out.action_weights, out.search_tree                    # (B,), (B, A), Tree
+```
 
 The tree of every root is a set of fixed-size arrays (`Tree`: N = num_simulations + 1 nodes, the
-root at index 0), so one jitted program searches a whole batch. A simulation goes down from the
-root choosing actions until it meets an unexpanded action (`_simulate`), evaluates it with one
-`recurrent_fn` call for the whole batch (`_expand`), and backs the leaf's value up its path
-(`_backward`). Where mctx vmaps an unbatched tree through while loops that carry the whole tree,
-here every step works on rows of the batched tree: the path is recorded on the way down, and the
-backup is one loop over (B,) scalars followed by one scatter per statistic.
+root at index ROOT = 0), so one jitted program searches a whole batch. A simulation goes down
+from the root choosing actions until it meets an unexpanded action (`_simulate`), evaluates it
+with one `recurrent_fn` call for the whole batch (`_expand`), and backs the leaf's value up to
+the root (`_backward`). Where mctx vmaps an unbatched tree through while loops that carry the
+whole tree, here every step works on rows of the batched tree. The walk down keeps only where
+it is (the node, the action chosen there, the child it leads to), not the path; the backup then
+climbs from the leaf through `Tree.parents`, one edge of every root per iteration of a while
+loop, each iteration updating each statistic of the parents with one scatter (a root already
+reached writes out of range, and the scatter drops it), until every root is reached.
+
+Two markers, as mctx's `Tree.NO_PARENT` and `Tree.UNVISITED`, both -1: `NO_PARENT` is the parent
+(and the action from the parent) of the root and of nodes not yet expanded, `UNVISITED` the
+child index of an action not yet expanded.
 
 A discount of 0 ends an episode inside the tree: no value flows back past it. Invalid actions
 (`invalid_actions` (B, A), 1 = invalid) are masked at the root, as in mctx.
 """
 
 import math
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 from jax import lax
 
+from frost.tree import PyTree
+
 f32 = jnp.float32
-UNVISITED = -1  # children_index of an action not yet expanded; parents of the root
-ROOT = 0  # the root's node index
+ROOT = 0  # the root's node index (mctx's Tree.ROOT_INDEX)
+NO_PARENT = -1  # `parents` and `action_from_parent` of the root and of nodes not yet expanded
+UNVISITED = -1  # `children_index` of an action not yet expanded
+
+# (params, key, action (B,), embedding (B, ...)) -> (RecurrentFnOutput, new embedding (B, ...))
+RecurrentFn = Callable[[PyTree, jax.Array, jax.Array, PyTree], tuple["RecurrentFnOutput", PyTree]]
 
 
 class RootFnOutput(NamedTuple):
+    """The network's evaluation of the roots, where the search starts (mctx's `RootFnOutput`).
+
+    Attributes:
+        prior_logits: (B, A) float array; the policy's logits at each root.
+        value: (B,) float array; the value of each root.
+        embedding: a PyTree of arrays with a leading B axis, (B, ...); each root's state, as
+            `recurrent_fn` takes it.
+    """
+
     prior_logits: jax.Array  # (B, A)
     value: jax.Array  # (B,)
-    embedding: Any  # (B, ...) a PyTree
+    embedding: PyTree  # (B, ...)
 
 
 class RecurrentFnOutput(NamedTuple):
+    """What `recurrent_fn` returns for one action from each of B nodes, beside the new embedding
+    (mctx's `RecurrentFnOutput`).
+
+    Attributes:
+        reward: (B,) float array; the reward of the action.
+        discount: (B,) float array; the discount of the values after it, 0 where the episode
+            ended.
+        prior_logits: (B, A) float array; the policy's logits at the new node.
+        value: (B,) float array; the value of the new node.
+    """
+
     reward: jax.Array  # (B,)
     discount: jax.Array  # (B,) 0 where the episode ended
     prior_logits: jax.Array  # (B, A)
@@ -45,38 +84,83 @@ class RecurrentFnOutput(NamedTuple):
 
 
 class Tree(NamedTuple):
-    """The search trees of a batch: B roots, N nodes each, A actions (mctx's `Tree`)."""
+    """The search trees of a batch: B roots, N nodes each, A actions (mctx's `Tree`). A node's
+    index is its row; the root is ROOT, node i + 1 the one simulation i expanded.
+
+    Attributes:
+        node_visits: (B, N) int32; the visits of each node.
+        raw_values: (B, N); the network's value of each node when it was expanded.
+        node_values: (B, N); the mean of the values backed up through each node.
+        parents: (B, N) int32; each node's parent, NO_PARENT for the root and unexpanded nodes.
+        action_from_parent: (B, N) int32; the action that leads from the parent to each node,
+            NO_PARENT for the root and unexpanded nodes.
+        children_index: (B, N, A) int32; the node each action leads to, UNVISITED until it is
+            expanded.
+        children_prior_logits: (B, N, A); the policy's logits at each node.
+        children_visits: (B, N, A) int32; the visits of each action.
+        children_rewards: (B, N, A); the reward of each expanded action.
+        children_discounts: (B, N, A); the discount after each expanded action.
+        children_values: (B, N, A); the value of the node each action leads to.
+        embeddings: a PyTree of (B, N, ...) arrays; each node's embedding.
+        root_invalid_actions: (B, A); 1 where an action is invalid at the root, else 0.
+        extra_data: the search's own data: Gumbel MuZero's root Gumbel noise (B, A), None for
+            MuZero's.
+    """
 
     node_visits: jax.Array  # (B, N) int32
     raw_values: jax.Array  # (B, N) the network's value when the node was expanded
     node_values: jax.Array  # (B, N) the mean of the values backed up through the node
-    parents: jax.Array  # (B, N) int32
-    action_from_parent: jax.Array  # (B, N) int32
+    parents: jax.Array  # (B, N) int32, NO_PARENT for the root and unexpanded nodes
+    action_from_parent: jax.Array  # (B, N) int32, NO_PARENT for the root and unexpanded nodes
     children_index: jax.Array  # (B, N, A) int32, UNVISITED until expanded
     children_prior_logits: jax.Array  # (B, N, A)
     children_visits: jax.Array  # (B, N, A) int32
     children_rewards: jax.Array  # (B, N, A)
     children_discounts: jax.Array  # (B, N, A)
     children_values: jax.Array  # (B, N, A)
-    embeddings: Any  # (B, N, ...)
+    embeddings: PyTree  # (B, N, ...)
     root_invalid_actions: jax.Array  # (B, A)
     extra_data: Any  # Gumbel MuZero: the root's Gumbel noise (B, A)
 
-    def qvalues(self, node) -> jax.Array:
-        """Q(s, a) = r(s, a) + discount(s, a) * v(s'), (B, A) at node (B,) (or ROOT)."""
-        return _row(self.children_rewards, node) + _row(self.children_discounts, node) * _row(
-            self.children_values, node
-        )
+    def qvalues(self, node: jax.Array | int) -> jax.Array:
+        """Q(s, a) = r(s, a) + discount(s, a) * v(s') of every action at a node of each tree.
+
+        Arguments:
+            node: (B,) int32, a node of each tree; or one index for all (ROOT).
+
+        Returns:
+            (B, A) array of the values' dtype.
+        """
+        rewards = _row(self.children_rewards, node)
+        return rewards + _row(self.children_discounts, node) * _row(self.children_values, node)
 
     def summary(self) -> "SearchSummary":
-        """The root's visit counts, visit distribution, value and Q-values."""
-        counts = self.children_visits[:, 0].astype(self.node_values.dtype)  # (B, A)
+        """The root's visit counts, visit distribution, value and Q-values.
+
+        Returns:
+            A `SearchSummary` of each root.
+        """
+        counts = self.children_visits[:, ROOT].astype(self.node_values.dtype)  # (B, A)
         total = counts.sum(-1, keepdims=True)
         probs = jnp.where(total > 0, counts / jnp.maximum(total, 1), 1 / counts.shape[-1])
-        return SearchSummary(counts, probs, self.node_values[:, 0], self.qvalues(ROOT))
+        return SearchSummary(
+            visit_counts=counts,
+            visit_probs=probs,
+            value=self.node_values[:, ROOT],
+            qvalues=self.qvalues(ROOT),
+        )
 
 
 class SearchSummary(NamedTuple):
+    """The statistics of each root after a search (mctx's `SearchSummary`).
+
+    Attributes:
+        visit_counts: (B, A); the visits of each action at the root, as floats.
+        visit_probs: (B, A); the visit counts normalised (uniform where the root has none).
+        value: (B,); the root's value, the mean of the values backed up through it.
+        qvalues: (B, A); Q(s, a) at the root.
+    """
+
     visit_counts: jax.Array  # (B, A)
     visit_probs: jax.Array  # (B, A)
     value: jax.Array  # (B,)
@@ -84,6 +168,15 @@ class SearchSummary(NamedTuple):
 
 
 class PolicyOutput(NamedTuple):
+    """What a search returns (mctx's `PolicyOutput`).
+
+    Attributes:
+        action: (B,) int32; the action to take at each root.
+        action_weights: (B, A); the policy target: the visit distribution (MuZero) or the improved
+            policy (Gumbel MuZero).
+        search_tree: the `Tree` searched.
+    """
+
     action: jax.Array  # (B,) int32
     action_weights: jax.Array  # (B, A) the policy target
     search_tree: Tree
@@ -167,10 +260,10 @@ def _puct(pb_c_init, pb_c_base):
 
     def select(keys, tree, node, depth):
         visits = _row(tree.children_visits, node)  # (B, A)
-        n = _row(tree.node_visits, node).astype(f32)[:, None]  # (B, 1)
-        pb_c = pb_c_init + jnp.log((n + pb_c_base + 1.0) / pb_c_base)
+        node_visits = _row(tree.node_visits, node).astype(f32)[:, None]  # (B, 1)
+        pb_c = pb_c_init + jnp.log((node_visits + pb_c_base + 1.0) / pb_c_base)
         prior = jax.nn.softmax(_row(tree.children_prior_logits, node))
-        policy = jnp.sqrt(n) * pb_c * prior / (visits + 1).astype(f32)
+        policy = jnp.sqrt(node_visits) * pb_c * prior / (visits + 1).astype(f32)
         noise = 1e-7 * jax.vmap(lambda k: jax.random.uniform(k, visits.shape[-1:]))(keys)
         score = _q_minmax(tree, node) + policy + noise
         return _masked_argmax(score, jnp.where((depth == 0)[:, None], tree.root_invalid_actions, 0))
@@ -179,13 +272,30 @@ def _puct(pb_c_init, pb_c_base):
 
 
 def considered_visits(max_considered: int, num_simulations: int) -> tuple[int, ...]:
-    """Sequential halving (Karnin et al. 2013) as visit counts: the count an action must have to
-    be visited at each simulation, m actions getting floor(n / (log2(m) m)) visits each, then the
-    better half, ... e.g. considered_visits(4, 8) = (0, 0, 0, 0, 1, 1, 2, 2)."""
+    """Sequential halving (Karnin et al. 2013, "Almost optimal exploration in multi-armed
+    bandits") as visit counts, as Gumbel MuZero's root uses it (Danihelka et al. 2022): the count
+    an action must have to be visited at each simulation. The m considered actions get
+    floor(n / (log2(m) m)) visits each, then the better half as many again, and so on.
+
+    ```python
+    considered_visits(4, 8)  # (0, 0, 0, 0, 1, 1, 2, 2)
+    ```
+
+    Arguments:
+        max_considered: m, the actions considered at the root (at most 1: the visits count up
+            one action's).
+        num_simulations: n, the simulations of the search.
+
+    Returns:
+        A tuple of `num_simulations` ints: the visit count an action needs to be chosen at each
+        simulation (mctx's `get_sequence_of_considered_visits`).
+    """
     if max_considered <= 1:
         return tuple(range(num_simulations))
     log2max = math.ceil(math.log2(max_considered))
-    sequence, visits, considered = [], [0] * max_considered, max_considered
+    sequence = []
+    visits = [0] * max_considered
+    considered = max_considered
     while len(sequence) < num_simulations:
         for _ in range(max(1, int(num_simulations / (log2max * considered)))):
             sequence.extend(visits[:considered])
@@ -210,7 +320,8 @@ def _gumbel(num_simulations, max_considered):
     )  # (m + 1, num_simulations)
 
     def select(keys, tree, node, depth):
-        visits, logits = _row(tree.children_visits, node), _row(tree.children_prior_logits, node)
+        visits = _row(tree.children_visits, node)  # (B, A)
+        logits = _row(tree.children_prior_logits, node)
         q = _q_completed(tree, node)  # (B, A)
         valid = (1 - tree.root_invalid_actions).sum(-1).astype(jnp.int32)
         considered = table[jnp.minimum(max_considered, valid), visits.sum(-1)][:, None]
@@ -233,14 +344,15 @@ def _new_tree(root: RootFnOutput, num_simulations: int, invalid, extra_data) -> 
         raise ValueError(f"num_simulations={num_simulations}: at least 1 is needed")
     invalid = jnp.zeros_like(root.prior_logits) if invalid is None else invalid
     batch, actions = root.prior_logits.shape
-    nodes, dtype = num_simulations + 1, root.value.dtype
+    nodes = num_simulations + 1
+    dtype = root.value.dtype
     zeros = jnp.zeros((batch, nodes, actions), dtype)
     tree = Tree(
         node_visits=jnp.zeros((batch, nodes), jnp.int32),
         raw_values=jnp.zeros((batch, nodes), dtype),
         node_values=jnp.zeros((batch, nodes), dtype),
-        parents=jnp.full((batch, nodes), UNVISITED, jnp.int32),
-        action_from_parent=jnp.full((batch, nodes), UNVISITED, jnp.int32),
+        parents=jnp.full((batch, nodes), NO_PARENT, jnp.int32),
+        action_from_parent=jnp.full((batch, nodes), NO_PARENT, jnp.int32),
         children_index=jnp.full((batch, nodes, actions), UNVISITED, jnp.int32),
         children_prior_logits=zeros.astype(root.prior_logits.dtype),
         children_visits=jnp.zeros((batch, nodes, actions), jnp.int32),
@@ -258,64 +370,90 @@ def _new_tree(root: RootFnOutput, num_simulations: int, invalid, extra_data) -> 
 
 def _set_node(tree: Tree, node, prior_logits, value, embedding) -> Tree:
     """Fill node (B,) (or ROOT) with a network evaluation and count its first visit."""
-    b = jnp.arange(tree.node_visits.shape[0])
+    batch_range = jnp.arange(tree.node_visits.shape[0])  # (B,): each tree's row
     return tree._replace(
-        children_prior_logits=tree.children_prior_logits.at[b, node].set(prior_logits),
-        raw_values=tree.raw_values.at[b, node].set(value),
-        node_values=tree.node_values.at[b, node].set(value),
-        node_visits=tree.node_visits.at[b, node].add(1),
-        embeddings=jax.tree.map(lambda t, e: t.at[b, node].set(e), tree.embeddings, embedding),
+        children_prior_logits=tree.children_prior_logits.at[batch_range, node].set(prior_logits),
+        raw_values=tree.raw_values.at[batch_range, node].set(value),
+        node_values=tree.node_values.at[batch_range, node].set(value),
+        node_visits=tree.node_visits.at[batch_range, node].add(1),
+        embeddings=jax.tree.map(
+            lambda stored, new: stored.at[batch_range, node].set(new), tree.embeddings, embedding
+        ),
     )
 
 
 class _Walk(NamedTuple):
+    """Where the walk down each tree is (mctx's `_SimulationState`): at `node` it chose `action`,
+    which leads to `next_node`."""
+
     keys: jax.Array  # (B,) one key per root
-    node: jax.Array  # (B,) the node an action is chosen at
-    action: jax.Array  # (B,)
-    next: jax.Array  # (B,) the child it leads to, UNVISITED if not expanded yet
-    depth: jax.Array  # (B,) int32
-    going: jax.Array  # (B,) bool
+    node: jax.Array  # (B,) int32: the node an action was chosen at; NO_PARENT before the first
+    action: jax.Array  # (B,) int32: the action chosen there; NO_PARENT before the first
+    next_node: jax.Array  # (B,) int32: the child it leads to, UNVISITED if not expanded yet
+    depth: jax.Array  # (B,) int32: the depth of next_node
+    continuing: jax.Array  # (B,) bool: the walk goes on from next_node
 
 
 def _simulate(tree: Tree, keys, select, max_depth: int) -> _Walk:
     """From the root, choose actions until one leads to an unexpanded child or max_depth."""
     batch = keys.shape[0]
-    b, zero = jnp.arange(batch), jnp.zeros(batch, jnp.int32)
-    walk = _Walk(keys, zero - 1, zero - 1, zero, zero, jnp.ones(batch, bool))
+    batch_range = jnp.arange(batch)
+    start = _Walk(
+        keys=keys,
+        node=jnp.full(batch, NO_PARENT, jnp.int32),
+        action=jnp.full(batch, NO_PARENT, jnp.int32),
+        next_node=jnp.full(batch, ROOT, jnp.int32),
+        depth=jnp.zeros(batch, jnp.int32),
+        continuing=jnp.ones(batch, bool),
+    )
 
-    def step(w: _Walk) -> _Walk:
-        split = jax.vmap(jax.random.split)(w.keys)  # (B, 2): carried on, used here
-        action = select(split[:, 1], tree, w.next, w.depth.astype(f32))
-        depth = w.depth + w.going.astype(jnp.int32)
-        nxt = jnp.where(w.going, tree.children_index[b, w.next, action], w.next)
+    def step(walk: _Walk) -> _Walk:
+        # every row chooses; a row whose walk has stopped keeps what it had
+        split = jax.vmap(jax.random.split)(walk.keys)  # (B, 2): carried on, used here
+        action = select(split[:, 1], tree, walk.next_node, walk.depth.astype(f32))
+        depth = walk.depth + walk.continuing.astype(jnp.int32)
+        child = tree.children_index[batch_range, walk.next_node, action]
+        next_node = jnp.where(walk.continuing, child, walk.next_node)
         return _Walk(
             keys=split[:, 0],
-            node=jnp.where(w.going, w.next, w.node),
-            action=jnp.where(w.going, action, w.action),
-            next=nxt,
+            node=jnp.where(walk.continuing, walk.next_node, walk.node),
+            action=jnp.where(walk.continuing, action, walk.action),
+            next_node=next_node,
             depth=depth,
-            going=w.going & (nxt != UNVISITED) & (depth < max_depth),
+            continuing=walk.continuing & (next_node != UNVISITED) & (depth < max_depth),
         )
 
-    return lax.while_loop(lambda w: w.going.any(), step, walk)
+    return lax.while_loop(lambda walk: walk.continuing.any(), step, start)
 
 
 def _expand(params, key, tree: Tree, recurrent_fn, walk: _Walk, new_node):
     """Evaluate the chosen action of every root with one recurrent_fn call; store its child at
     `new_node` (B,), or over the existing child where max_depth stopped the walk."""
-    b, parent, action = jnp.arange(walk.node.shape[0]), walk.node, walk.action
-    leaf = jnp.where(walk.next == UNVISITED, new_node, walk.next)
+    batch_range = jnp.arange(walk.node.shape[0])
+    parent = walk.node
+    action = walk.action
+    leaf = jnp.where(walk.next_node == UNVISITED, new_node, walk.next_node)
     embedding = jax.tree.map(lambda x: _row(x, parent), tree.embeddings)
     out, embedding = recurrent_fn(params, key, action, embedding)
     tree = _set_node(tree, leaf, out.prior_logits, out.value, embedding)
     tree = tree._replace(
-        children_index=tree.children_index.at[b, parent, action].set(leaf),
-        children_rewards=tree.children_rewards.at[b, parent, action].set(out.reward),
-        children_discounts=tree.children_discounts.at[b, parent, action].set(out.discount),
-        parents=tree.parents.at[b, leaf].set(parent),
-        action_from_parent=tree.action_from_parent.at[b, leaf].set(action),
+        children_index=tree.children_index.at[batch_range, parent, action].set(leaf),
+        children_rewards=tree.children_rewards.at[batch_range, parent, action].set(out.reward),
+        children_discounts=tree.children_discounts.at[batch_range, parent, action].set(
+            out.discount
+        ),
+        parents=tree.parents.at[batch_range, leaf].set(parent),
+        action_from_parent=tree.action_from_parent.at[batch_range, leaf].set(action),
     )
     return tree, leaf
+
+
+class _Backup(NamedTuple):
+    """How far the backup has climbed each tree."""
+
+    tree: Tree
+    value: jax.Array  # (B,) G, the return backed up to `node`
+    node: jax.Array  # (B,) int32: the node reached; ROOT when done
 
 
 def _backward(tree: Tree, leaf) -> Tree:
@@ -323,29 +461,35 @@ def _backward(tree: Tree, leaf) -> Tree:
     leaf up, G = r(s, a) + discount(s, a) * G, V(s) = (N(s) V(s) + G) / (N(s) + 1), N(s) += 1,
     and N(s, a), Q-child(s, a) = the child's new count and value."""
     batch, nodes = tree.node_visits.shape
-    b = jnp.arange(batch)
+    batch_range = jnp.arange(batch)
 
-    def edge(carry):
-        tree, value, node = carry  # value, node (B,): G and the node it was backed up to
-        going = node != ROOT
-        parent = jnp.where(going, tree.parents[b, node], ROOT)
-        a = tree.action_from_parent[b, node]
-        g = tree.children_rewards[b, parent, a] + tree.children_discounts[b, parent, a] * value
-        count = tree.node_visits[b, parent].astype(f32)
-        v = (tree.node_values[b, parent] * count + g) / (count + 1.0)
-        s = jnp.where(going, parent, nodes)  # at the root already: dropped
-        tree = tree._replace(
-            node_values=tree.node_values.at[b, s].set(v, mode="drop"),
-            node_visits=tree.node_visits.at[b, s].add(1, mode="drop"),
-            children_values=tree.children_values.at[b, s, a].set(
-                tree.node_values[b, node], mode="drop"
-            ),
-            children_visits=tree.children_visits.at[b, s, a].add(1, mode="drop"),
+    def edge(backup: _Backup) -> _Backup:
+        tree, value, node = backup
+        below_root = node != ROOT  # this tree's backup goes on, up the edge into `node`
+        parent = jnp.where(below_root, tree.parents[batch_range, node], ROOT)
+        action = tree.action_from_parent[batch_range, node]
+        reward = tree.children_rewards[batch_range, parent, action]
+        parent_return = reward + tree.children_discounts[batch_range, parent, action] * value
+        count = tree.node_visits[batch_range, parent].astype(f32)
+        parent_value = (tree.node_values[batch_range, parent] * count + parent_return) / (
+            count + 1.0
         )
-        return tree, jnp.where(going, g, value), parent
+        # the row each tree writes: its parent, or out of range (dropped) at the root already
+        written = jnp.where(below_root, parent, nodes)
+        tree = tree._replace(
+            node_values=tree.node_values.at[batch_range, written].set(parent_value, mode="drop"),
+            node_visits=tree.node_visits.at[batch_range, written].add(1, mode="drop"),
+            children_values=tree.children_values.at[batch_range, written, action].set(
+                tree.node_values[batch_range, node], mode="drop"
+            ),
+            children_visits=tree.children_visits.at[batch_range, written, action].add(
+                1, mode="drop"
+            ),
+        )
+        return _Backup(tree=tree, value=jnp.where(below_root, parent_return, value), node=parent)
 
-    start = (tree, _row(tree.node_values, leaf), leaf)
-    return lax.while_loop(lambda c: (c[2] != ROOT).any(), edge, start)[0]
+    start = _Backup(tree=tree, value=_row(tree.node_values, leaf), node=leaf)
+    return lax.while_loop(lambda backup: (backup.node != ROOT).any(), edge, start).tree
 
 
 def _search(params, key, tree: Tree, recurrent_fn, select, max_depth: int | None) -> Tree:
@@ -364,12 +508,12 @@ def _search(params, key, tree: Tree, recurrent_fn, select, max_depth: int | None
 
 
 def muzero_policy(
-    params,
-    rng_key,
+    params: PyTree,
+    rng_key: jax.Array,
     root: RootFnOutput,
-    recurrent_fn,
+    recurrent_fn: RecurrentFn,
     num_simulations: int,
-    invalid_actions=None,
+    invalid_actions: jax.Array | None = None,
     max_depth: int | None = None,
     *,
     dirichlet_fraction: float = 0.25,
@@ -378,10 +522,37 @@ def muzero_policy(
     pb_c_base: float = 19652.0,
     temperature: float = 1.0,
 ) -> PolicyOutput:
-    """MuZero search (Schrittwieser et al. 2020, arXiv 1911.08265): the root prior mixed with
-    Dirichlet noise, P = (1 - f) softmax(logits) + f Dir(alpha); pUCT selection with min-max
-    normalised Q-values; the action sampled from the root's visit counts N(a)^(1 / temperature),
-    which (normalised) are the policy target."""
+    """MuZero's search (Schrittwieser et al. 2020, "Mastering Atari, Go, chess and shogi by
+    planning with a learned model", arXiv 1911.08265), as mctx's `muzero_policy`.
+
+    The root prior is mixed with Dirichlet noise, P = (1 - f) softmax(logits) + f Dir(alpha);
+    actions are selected by pUCT on min-max normalised Q-values (appendix B); the action is
+    sampled from the root's visit counts N(a)^(1 / temperature), which, normalised, are the
+    policy target.
+
+    Arguments:
+        params: any PyTree, passed to `recurrent_fn` as it is (a model's parameters).
+        rng_key: a PRNG key (`jax.random.key`), for the Dirichlet noise, the selection's
+            tie-breaking noise and the sampled action.
+        root: the network's evaluation of the B roots: prior_logits (B, A), value (B,),
+            embedding (B, ...).
+        recurrent_fn: `(params, key, action (B,), embedding (B, ...)) -> (RecurrentFnOutput,
+            new embedding (B, ...))`, the learned model: one step from each of B nodes.
+        num_simulations: the simulations, at least 1; each expands one node of every tree.
+        invalid_actions: (B, A), 1 where an action is invalid at the root, 0 where it is valid
+            (any dtype); None: all valid.
+        max_depth: the deepest a simulation walks; None: num_simulations.
+        dirichlet_fraction: f, the weight of the Dirichlet noise in the root prior.
+        dirichlet_alpha: alpha, the Dirichlet noise's concentration.
+        pb_c_init: c1 of pUCT.
+        pb_c_base: c2 of pUCT.
+        temperature: the visit counts' temperature for the sampled action (toward 0: the most
+            visited).
+
+    Returns:
+        A `PolicyOutput`: action (B,) int32, action_weights (B, A) the visit distribution at the
+        root, and the search tree.
+    """
     invalid_actions = _as_mask(invalid_actions, root)
     key, noise_key, search_key = jax.random.split(rng_key, 3)
     batch, actions = root.prior_logits.shape
@@ -399,22 +570,45 @@ def muzero_policy(
 
 
 def gumbel_muzero_policy(
-    params,
-    rng_key,
+    params: PyTree,
+    rng_key: jax.Array,
     root: RootFnOutput,
-    recurrent_fn,
+    recurrent_fn: RecurrentFn,
     num_simulations: int,
-    invalid_actions=None,
+    invalid_actions: jax.Array | None = None,
     max_depth: int | None = None,
     *,
     max_num_considered_actions: int = 16,
     gumbel_scale: float = 1.0,
 ) -> PolicyOutput:
-    """Gumbel MuZero (Danihelka et al. 2022, "Policy improvement by planning with Gumbel", ICLR):
-    sample the top m actions without replacement by g + logits, g ~ Gumbel (Gumbel-top-k), halve
-    them by g + logits + sigma(Q) over the simulations (sequential halving), and act by the best
-    survivor. The policy target is the improved policy pi' = softmax(logits + sigma(completed Q)),
-    a policy improvement even with 2 simulations."""
+    """Gumbel MuZero's search (Danihelka et al. 2022, "Policy improvement by planning with
+    Gumbel", ICLR), as mctx's `gumbel_muzero_policy`.
+
+    At the root it samples the top m actions without replacement by g + logits, g ~ Gumbel
+    (Gumbel-top-k), halves them by g + logits + sigma(Q) over the simulations (sequential
+    halving, `considered_visits`), and acts by the best survivor. Below the root it picks the
+    action whose visits lag the improved policy most. The policy target is the improved policy
+    pi' = softmax(logits + sigma(completed Q)), a policy improvement even with 2 simulations.
+
+    Arguments:
+        params: any PyTree, passed to `recurrent_fn` as it is (a model's parameters).
+        rng_key: a PRNG key (`jax.random.key`), for the Gumbel noise.
+        root: the network's evaluation of the B roots: prior_logits (B, A), value (B,),
+            embedding (B, ...).
+        recurrent_fn: `(params, key, action (B,), embedding (B, ...)) -> (RecurrentFnOutput,
+            new embedding (B, ...))`, the learned model: one step from each of B nodes.
+        num_simulations: the simulations, at least 1; each expands one node of every tree.
+        invalid_actions: (B, A), 1 where an action is invalid at the root, 0 where it is valid
+            (any dtype); None: all valid.
+        max_depth: the deepest a simulation walks; None: num_simulations.
+        max_num_considered_actions: m, the actions sampled at the root.
+        gumbel_scale: the Gumbel noise's scale; 0 makes the search deterministic (greedy
+            acting).
+
+    Returns:
+        A `PolicyOutput`: action (B,) int32, action_weights (B, A) the improved policy pi', and
+        the search tree (its `extra_data` the root's Gumbel noise (B, A)).
+    """
     invalid_actions = _as_mask(invalid_actions, root)
     logits = _mask_invalid(root.prior_logits, invalid_actions)
     root = root._replace(prior_logits=logits)
