@@ -58,45 +58,50 @@ def _act(recv, send, slots, blob):
     from frost.rl.anakin import jit
 
     # after the line above: imports JAX
-    make_env, act, num_envs, b, steps, seed, deterministic = pickle.loads(blob)
+    make_env, act, num_envs, per_actor, steps, seed, deterministic = pickle.loads(blob)
 
     @jit
-    def policy(net, obs, k, t, ids):  # the keys of (seed, rollout k, step t, env i)
-        key = jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), k), t)
+    def policy(net, obs, rollout, t, ids):  # the keys of (seed, rollout, step t, env i)
+        key = jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), rollout), t)
         return act(net, obs, jax.vmap(jax.random.fold_in, (None, 0))(key, ids))
 
     envs = None
     while (task := recv()) is not None:
-        w, slot, k, version, net = task
+        actor, slot, rollout, version, net = task
         try:
             if envs is None:
-                mine = slice(w * b, (w + 1) * b)
+                mine = slice(actor * per_actor, (actor + 1) * per_actor)
                 # Deterministic: the policy sees all num_envs rows (its own filled), so that each
                 # row's numbers are the same for any actor count (XLA's CPU dot rounds by batch
                 # size). own: this actor's rows of the policy's batch; ids: the envs of the batch's
                 # rows.
-                own, ids = mine, np.arange(num_envs)
+                own = mine
+                ids = np.arange(num_envs)
                 if not deterministic:
-                    own, ids = slice(None), ids[mine]
-                envs = [make_env() for _ in range(b)]
-                obs = _reset(envs, seed + w * b)
+                    own = slice(None)
+                    ids = ids[mine]
+                envs = [make_env() for _ in range(per_actor)]
+                obs = _reset(envs, seed + actor * per_actor)
                 rows = np.zeros((len(ids), *obs.shape[1:]), np.float32)
-                running = np.zeros(b, np.float32)
+                running = np.zeros(per_actor, np.float32)
             out = dict(zip(FIELDS, (x[0] for x in slots[slot])))
             for t in range(steps):
                 rows[own] = obs
-                action, logp = (np.asarray(x)[own] for x in policy(net, rows, k, t, ids))
-                out["obs"][t], out["action"][t], out["logp"][t] = obs, action, logp
+                action, logp = (np.asarray(x)[own] for x in policy(net, rows, rollout, t, ids))
+                out["obs"][t] = obs
+                out["action"][t] = action
+                out["logp"][t] = logp
                 for i, env in enumerate(envs):
-                    o, r, terminated, truncated, _ = env.step(int(action[i]))
+                    next_obs, reward, terminated, truncated, _ = env.step(int(action[i]))
                     done = terminated or truncated
-                    running[i] += r
-                    out["reward"][t, i] = r
+                    running[i] += reward
+                    out["reward"][t, i] = reward
                     out["done"][t, i] = done
                     out["ret"][t, i] = running[i]
                     if done:
-                        o, running[i] = env.reset()[0], 0.0
-                    obs[i] = o
+                        next_obs = env.reset()[0]
+                        running[i] = 0.0
+                    obs[i] = next_obs
             out["ret"] *= out["done"]
             out["obs"][steps] = obs
             send((slot, version, None))
@@ -126,24 +131,29 @@ class Actors:
         obs = np.asarray(probe.reset(seed=seed)[0])
         self.observation_shape, self.num_actions = obs.shape, int(probe.action_space.n)
         getattr(probe, "close", lambda: None)()
-        b = num_envs // actors  # envs per actor
+        per_actor = num_envs // actors  # b, the envs each actor steps
         try:
-            blob = pickle.dumps((make_env, act, num_envs, b, steps, seed, deterministic))
+            blob = pickle.dumps((make_env, act, num_envs, per_actor, steps, seed, deterministic))
         except Exception as e:
             e.add_note(
                 "frost.rl: the env factory is pickled for the actor processes: use a module-level "
                 "function or functools.partial, not a lambda"
             )
             raise
-        # the slot of one rollout of this actor's b envs
-        arrays = {"obs": np.zeros((steps + 1, b, *obs.shape), np.float32)}
-        arrays.update({k: np.zeros((steps, b), dtype) for k, dtype in DTYPES.items()})
+        # the slot of one rollout of an actor's envs
+        arrays = {"obs": np.zeros((steps + 1, per_actor, *obs.shape), np.float32)}
+        arrays.update({k: np.zeros((steps, per_actor), dtype) for k, dtype in DTYPES.items()})
         self.layout = Layout(arrays, 1)
-        self.actors, self.depth, self.deterministic = actors, depth, deterministic
+        self.actors = actors
+        self.depth = depth
+        self.deterministic = deterministic
         self.pool = Processes(
             actors, _act, (blob,), self.layout, actors * depth, None, role="actor"
         )
-        self.free = [collections.deque(range(w * depth, (w + 1) * depth)) for w in range(actors)]
+        # each actor's free slots
+        self.free = [
+            collections.deque(range(actor * depth, (actor + 1) * depth)) for actor in range(actors)
+        ]
         self.sent = [0] * actors  # rollouts asked of each actor
         # (actor, slot, version) of rollouts ready, in arrival order
         self.arrived = collections.deque()
@@ -158,32 +168,34 @@ class Actors:
         import jax
 
         net = jax.tree.map(np.asarray, policy_net)
-        for w, free in enumerate(self.free):
+        for actor, free in enumerate(self.free):
             while free:
-                self.pool.submit(w, (w, free.popleft(), self.sent[w], version, net))
-                self.sent[w] += 1
+                self.pool.submit(actor, (actor, free.popleft(), self.sent[actor], version, net))
+                self.sent[actor] += 1
 
     def _picked(self):
         if not self.deterministic:
             return list(self.arrived)[: self.actors] if len(self.arrived) >= self.actors else None
         # each actor's oldest ready rollout (written last)
-        first = {a[0]: a for a in reversed(self.arrived)}
-        return [first[w] for w in range(self.actors)] if len(first) == self.actors else None
+        first = {ready[0]: ready for ready in reversed(self.arrived)}
+        return [first[actor] for actor in range(self.actors)] if len(first) == self.actors else None
 
     def collect(self):
         """The next rollout of every actor (deterministic) or the first `actors` to arrive, joined
         along the env axis: (dict of (T, B) arrays, acting versions (actors,))."""
         while (picked := self._picked()) is None:
-            for w, (slot, version, trace) in self.pool.wait():
+            for actor, (slot, version, trace) in self.pool.wait():
                 if trace is not None:
-                    raise WorkerError(f"actor {w} failed; its traceback:\n{trace}", traceback=trace)
-                self.arrived.append((w, slot, version))
+                    raise WorkerError(
+                        f"actor {actor} failed; its traceback:\n{trace}", traceback=trace
+                    )
+                self.arrived.append((actor, slot, version))
         parts = [self.layout.pack([x[0] for x in self.pool.slots[slot]]) for _, slot, _ in picked]
         # copies out of the slots
-        rollout = {k: np.concatenate([p[k] for p in parts], axis=1) for k in FIELDS}
-        for w, slot, version in picked:
-            self.arrived.remove((w, slot, version))
-            self.free[w].append(slot)
+        rollout = {k: np.concatenate([part[k] for part in parts], axis=1) for k in FIELDS}
+        for actor, slot, version in picked:
+            self.arrived.remove((actor, slot, version))
+            self.free[actor].append(slot)
         return rollout, np.array([version for _, _, version in picked])
 
     def close(self):
@@ -203,13 +215,14 @@ def evaluate(
     actions (N,)`, batched over the envs (seeded from `seed + 10**6`, apart from training's)."""
     envs = [make_env() for _ in range(episodes)]
     obs = _reset(envs, seed + 10**6)
-    total, alive = np.zeros(episodes), np.ones(episodes, bool)
+    total = np.zeros(episodes)
+    alive = np.ones(episodes, bool)
     for _ in range(max_steps):
         if not alive.any():
             break
         action = np.asarray(policy(obs))
         for i in np.flatnonzero(alive):
-            obs[i], r, terminated, truncated, _ = envs[i].step(int(action[i]))
-            total[i] += r
+            obs[i], reward, terminated, truncated, _ = envs[i].step(int(action[i]))
+            total[i] += reward
             alive[i] = not (terminated or truncated)
     return float(total.mean())

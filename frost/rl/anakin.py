@@ -56,14 +56,15 @@ def mlp(obs_shape, n_out: int, hidden: int, activation, out_scale: float, *, key
     distinct random shape in a program (one ActorCritic: 4.4 s compiling with a draw per layer, 1.4
     s)."""
     sizes = [(math.prod(obs_shape), hidden), (hidden, hidden), (hidden, n_out)]
-    z = jax.random.normal(key, (sum(a * b for a, b in sizes),))
-    layers, start = [], 0
-    for i, (a, b) in enumerate(sizes):
-        weight = orthogonal(
-            z[start : start + a * b].reshape(a, b), out_scale if i == 2 else math.sqrt(2)
-        )
-        layers += [nn.Linear(a, b, key=key).replace(weight=weight, bias=jnp.zeros(b)), activation]
-        start += a * b
+    draws = jax.random.normal(key, (sum(fan_in * fan_out for fan_in, fan_out in sizes),))
+    layers = []
+    start = 0  # the layer's first draw
+    for i, (fan_in, fan_out) in enumerate(sizes):
+        normal = draws[start : start + fan_in * fan_out].reshape(fan_in, fan_out)
+        weight = orthogonal(normal, out_scale if i == 2 else math.sqrt(2))
+        linear = nn.Linear(fan_in, fan_out, key=key).replace(weight=weight, bias=jnp.zeros(fan_out))
+        layers += [linear, activation]
+        start += fan_in * fan_out
     return nn.Sequential(nn.Flatten(), *layers[:-1])
 
 
@@ -72,12 +73,12 @@ def episode_metrics(reward, done, runner) -> tuple[jax.Array, jax.Array, jax.Arr
     this episode so far, `last_return` () the mean return of the latest episodes to finish.
     Returns (running, last_return, finished episodes)."""
 
-    def step(carry, x):
+    def step(carry, step_data):
         running, total, count = carry
-        r, d = x
-        running = running + r
-        ended = jnp.where(d, running, 0.0).sum()  # the returns of the episodes ending here
-        return (jnp.where(d, 0.0, running), total + ended, count + d.sum()), None
+        reward, done = step_data  # (B,) each
+        running = running + reward
+        ended = jnp.where(done, running, 0.0).sum()  # the returns of the episodes ending here
+        return (jnp.where(done, 0.0, running), total + ended, count + done.sum()), None
 
     (running, total, count), _ = lax.scan(
         step, (runner.running, jnp.zeros(()), jnp.zeros((), jnp.int32)), (reward, done)
@@ -110,18 +111,27 @@ def step_envs(env, key, state, action) -> tuple:
     return jax.vmap(env.step)(jax.random.split(key, action.shape[0]), state, action)[:4]
 
 
+def chunk_size(iterations: int, calls: int = 20) -> int:
+    """The iterations `run` compiles into one call: the largest divisor of `iterations` that is
+    at most iterations / calls (at least 1), so that about `calls` calls of one compiled program
+    make the run, e.g. chunk_size(244) = 4 (61 calls), chunk_size(240) = 12 (20 calls)."""
+    most = max(iterations // calls, 1)
+    return max(size for size in range(1, most + 1) if iterations % size == 0)
+
+
 def run(init, iteration, seeds, iterations: int, on_chunk=None, chunk: int | None = None) -> Any:
-    """Train one runner per seed for `iterations` iterations, `chunk` of them a call (by default
-    the largest divisor of `iterations` that is at most iterations / 20, at least 1: about 20
-    calls); `on_chunk(runner, metrics, done)` after each call, with metrics (seeds, chunk, ...) and
-    `done` iterations so far."""
-    chunk = chunk or max(d for d in range(1, max(iterations // 20, 1) + 1) if iterations % d == 0)
+    """Train one runner per seed for `iterations` iterations, `chunk` of them a call (default
+    `chunk_size(iterations)`); `on_chunk(runner, metrics, done)` after each call, with metrics
+    (seeds, chunk, ...) and `done` iterations so far."""
+    chunk = chunk or chunk_size(iterations)
     devices = jax.devices()[: math.gcd(len(seeds), jax.device_count())]
     # the seed axis split over them
     seeded = parallel.batch_sharding(parallel.make_mesh(devices=devices))
     keys = jax.device_put(jax.vmap(jax.random.key)(jnp.asarray(seeds, jnp.uint32)), seeded)
     runner = jit(jax.vmap(init), out_shardings=seeded)(keys)
-    step = parallel.scan_chunks(lambda r, _: jax.vmap(iteration, in_axes=(0, None))(r, None), chunk)
+    step = parallel.scan_chunks(
+        lambda runners, _: jax.vmap(iteration, in_axes=(0, None))(runners, None), chunk
+    )
     for done in range(chunk, iterations + 1, chunk):
         runner, metrics = step(runner, None)
         if on_chunk is not None:  # metrics (seeds, chunk, ...)

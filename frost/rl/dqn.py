@@ -93,14 +93,26 @@ class Runner(NamedTuple):
 
 def anakin(env, cfg: Config) -> tuple[Callable, Callable]:
     """(init, iteration) for frost.rl.anakin.run; `cfg.updates` iterations make the run."""
-    opt, B, cap = optim.adam(cfg.lr), cfg.num_envs, cfg.buffer_size
+    opt = optim.adam(cfg.lr)
+    B = cfg.num_envs
+    cap = cfg.buffer_size
 
     def init(key):
         model, obs, state, key = start(env, network, cfg, key)
         row = Transition(obs[0], jnp.int32(0), jnp.float32(0), jnp.bool_(False), obs[0])
         buffer = jax.tree.map(lambda x: jnp.zeros((cap, *x.shape), x.dtype), row)
-        running, last, t = jnp.zeros(B), jnp.zeros(()), jnp.zeros((), jnp.int32)
-        return Runner(model, model, opt.init(model), buffer, obs, state, running, last, key, t)
+        return Runner(
+            model=model,
+            target=model,
+            opt_state=opt.init(model),
+            buffer=buffer,
+            obs=obs,
+            env_state=state,
+            running=jnp.zeros(B),
+            last_return=jnp.zeros(()),
+            key=key,
+            t=jnp.zeros((), jnp.int32),
+        )
 
     def iteration(r: Runner, _):
         key, k_explore, k_random, k_env, k_batch = jax.random.split(r.key, 5)
@@ -120,7 +132,18 @@ def anakin(env, cfg: Config) -> tuple[Callable, Callable]:
         # a copy every target_every env steps
         target = where(steps % cfg.target_every < B, model, r.target)
         running, last, episodes = episode_metrics(reward[None], done[None], r)
-        r = Runner(model, target, opt_state, buffer, obs, state, running, last, key, r.t + 1)
+        r = Runner(
+            model=model,
+            target=target,
+            opt_state=opt_state,
+            buffer=buffer,
+            obs=obs,
+            env_state=state,
+            running=running,
+            last_return=last,
+            key=key,
+            t=r.t + 1,
+        )
         return r, dict(
             metrics, **{"return": last, "episodes": episodes, "epsilon": epsilon(r.t * B, cfg)}
         )

@@ -60,44 +60,52 @@ class MuZeroNet(nn.Module):
     num_actions: int = nn.static()
 
     def __init__(self, obs_shape, num_actions: int, hidden: int, *, key):
-        k = jax.random.split(key, 5)
-        self.represent = mlp(obs_shape, hidden, hidden, nn.ReLU(), 1.0, key=k[0])
-        self.dynamics = mlp((hidden + num_actions,), hidden + 1, hidden, nn.ReLU(), 1.0, key=k[1])
-        self.predict = mlp((hidden,), num_actions + 1, hidden, nn.ReLU(), 0.01, key=k[2])
-        self.project = mlp((hidden,), hidden, hidden, nn.ReLU(), 1.0, key=k[3])
-        self.head = mlp((hidden,), hidden, hidden, nn.ReLU(), 1.0, key=k[4])
+        keys = jax.random.split(key, 5)
+        self.represent = mlp(obs_shape, hidden, hidden, nn.ReLU(), 1.0, key=keys[0])
+        self.dynamics = mlp(
+            (hidden + num_actions,), hidden + 1, hidden, nn.ReLU(), 1.0, key=keys[1]
+        )
+        self.predict = mlp((hidden,), num_actions + 1, hidden, nn.ReLU(), 0.01, key=keys[2])
+        self.project = mlp((hidden,), hidden, hidden, nn.ReLU(), 1.0, key=keys[3])
+        self.head = mlp((hidden,), hidden, hidden, nn.ReLU(), 1.0, key=keys[4])
         self.num_actions = num_actions
 
     def initial(self, obs) -> jax.Array:
+        """h: the latent states (N, H) of observations (N, ...)."""
         return _scale(self.represent(obs))
 
-    def step(self, s, action) -> tuple[jax.Array, jax.Array]:
-        out = self.dynamics(jnp.concatenate([s, jax.nn.one_hot(action, self.num_actions)], -1))
+    def step(self, latent, action) -> tuple[jax.Array, jax.Array]:
+        """g: the next latent states (N, H) and rewards (N,) after actions (N,)."""
+        one_hot = jax.nn.one_hot(action, self.num_actions)
+        out = self.dynamics(jnp.concatenate([latent, one_hot], -1))
         return _scale(out[:, :-1]), out[:, -1]
 
-    def heads(self, s) -> tuple[jax.Array, jax.Array]:
-        out = self.predict(s)  # (N, A + 1)
+    def heads(self, latent) -> tuple[jax.Array, jax.Array]:
+        """f: the policy logits (N, A) and values (N,) of latent states (N, H)."""
+        out = self.predict(latent)  # (N, A + 1)
         return out[:, :-1], out[:, -1]
 
 
-def _scale(s):
+def _scale(latent):
     """Min-max scale each latent state to [0, 1] (MuZero, appendix G)."""
-    low, high = s.min(-1, keepdims=True), s.max(-1, keepdims=True)
-    return (s - low) / jnp.maximum(high - low, 1e-5)
+    low = latent.min(-1, keepdims=True)
+    high = latent.max(-1, keepdims=True)
+    return (latent - low) / jnp.maximum(high - low, 1e-5)
 
 
-def recurrent_fn(model: MuZeroNet, key, action, s):
-    s, reward = model.step(s, action)
-    logits, value = model.heads(s)
+def recurrent_fn(model: MuZeroNet, key, action, latent):
+    """The search's model step (frost.rl.search's `recurrent_fn`): g, then f, discount GAMMA."""
+    latent, reward = model.step(latent, action)
+    logits, value = model.heads(latent)
     discount = jnp.full_like(reward, GAMMA)
-    return search.RecurrentFnOutput(reward, discount, logits, value), s
+    return search.RecurrentFnOutput(reward, discount, logits, value), latent
 
 
 def plan(model: MuZeroNet, obs, key, gumbel_scale: float = 1.0) -> search.PolicyOutput:
     """Gumbel MuZero's search from the roots obs (N, ...)."""
-    s = model.initial(obs)
-    logits, value = model.heads(s)
-    root = search.RootFnOutput(logits, value, s)
+    latent = model.initial(obs)
+    logits, value = model.heads(latent)
+    root = search.RootFnOutput(logits, value, latent)
     return search.gumbel_muzero_policy(
         model, key, root, recurrent_fn, SIMULATIONS, gumbel_scale=gumbel_scale
     )
@@ -137,30 +145,34 @@ def value_targets(reward, done, boot, K: int, n: int) -> tuple[jax.Array, jax.Ar
     return z * valid, valid
 
 
-def loss(model: MuZeroNet, w: Trajectory, cfg: Config) -> tuple[jax.Array, dict]:
-    """The MuZero + consistency loss over windows w of K + n + 1 steps (N, K + n + 1, ...)."""
-    K, n = cfg.unroll, cfg.td_steps
-    boot_obs = w.obs[:, n : n + K + 1].reshape(-1, *w.obs.shape[2:])
+def loss(model: MuZeroNet, windows: Trajectory, cfg: Config) -> tuple[jax.Array, dict]:
+    """The MuZero + consistency loss over windows of K + n + 1 steps (N, K + n + 1, ...)."""
+    K = cfg.unroll
+    n = cfg.td_steps
+    obs = windows.obs  # (N, K + n + 1, *obs_shape)
+    boot_obs = obs[:, n : n + K + 1].reshape(-1, *obs.shape[2:])
     boot = model.heads(model.initial(boot_obs))[1].reshape(-1, K + 1)  # reanalysed v(o_{k+n})
-    z, valid = jax.lax.stop_gradient(value_targets(w.reward, w.done, boot, K, n))
-    later = w.obs[:, 1 : K + 1].reshape(-1, *w.obs.shape[2:])  # o_1 .. o_K
+    z, valid = jax.lax.stop_gradient(value_targets(windows.reward, windows.done, boot, K, n))
+    later = obs[:, 1 : K + 1].reshape(-1, *obs.shape[2:])  # o_1 .. o_K
     targets = jax.lax.stop_gradient(model.project(model.initial(later)))  # P(h(o_k)) (N K, H)
     targets = targets.reshape(-1, K, targets.shape[-1])  # (N, K, H)
 
-    s = model.initial(w.obs[:, 0])  # (N, H)
+    latent = model.initial(obs[:, 0])  # s_0 (N, H)
     terms = {"policy": 0.0, "value": 0.0, "reward": 0.0, "consistency": 0.0}
     for k in range(K + 1):
-        logits, v = model.heads(s)
-        ce = -(w.policy[:, k] * jax.nn.log_softmax(logits)).sum(-1)
+        logits, value = model.heads(latent)
+        ce = -(windows.policy[:, k] * jax.nn.log_softmax(logits)).sum(-1)
         terms["policy"] += (ce * valid[:, k]).mean()
-        terms["value"] += 0.25 * ((v - z[:, k]) ** 2).mean()
+        terms["value"] += 0.25 * ((value - z[:, k]) ** 2).mean()
         if k < K:
-            s, r = model.step(s, w.action[:, k])
-            terms["reward"] += ((r - w.reward[:, k] * valid[:, k]) ** 2).mean()
-            p, t = model.head(model.project(s)), targets[:, k]  # s is s_(k+1) now
-            cos = (p * t).sum(-1) / (jnp.linalg.norm(p, axis=-1) * jnp.linalg.norm(t, axis=-1))
+            latent, reward = model.step(latent, windows.action[:, k])  # s_(k+1), u_k
+            terms["reward"] += ((reward - windows.reward[:, k] * valid[:, k]) ** 2).mean()
+            predicted = model.head(model.project(latent))  # Q(P(s_(k+1)))
+            target = targets[:, k]  # P(h(o_(k+1)))
+            norms = jnp.linalg.norm(predicted, axis=-1) * jnp.linalg.norm(target, axis=-1)
+            cos = (predicted * target).sum(-1) / norms
             terms["consistency"] += ((1.0 - cos) * valid[:, k + 1]).mean()
-    terms = {k: v / (K + 1) for k, v in terms.items()}
+    terms = {name: term / (K + 1) for name, term in terms.items()}
     total = terms["policy"] + terms["value"] + terms["reward"]
     total = total + cfg.consistency * terms["consistency"]
     return total, dict(terms, loss=total)
@@ -178,52 +190,84 @@ class Runner(NamedTuple):
     key: jax.Array
 
 
+class Learner(NamedTuple):
+    """The carry of an iteration's gradient steps: what they update, and the ring they sample."""
+
+    model: MuZeroNet
+    opt_state: tuple
+    ring: Trajectory  # (L, B, ...), read only
+    filled: jax.Array  # steps of the ring holding data, read only
+
+
 def anakin(env, cfg: Config) -> tuple[Callable, Callable]:
     """(init, iteration) for frost.rl.anakin.run; `cfg.updates` iterations make the run."""
     opt = optim.chain(optim.clip_by_global_norm(5.0), optim.adam(cfg.lr))
-    B, L, span = cfg.num_envs, cfg.buffer_steps, cfg.unroll + cfg.td_steps + 1
+    B = cfg.num_envs
+    L = cfg.buffer_steps
+    span = cfg.unroll + cfg.td_steps + 1  # the steps of a window the loss reads
 
     def init(key):
         model, obs, state, key = start(env, network, cfg, key)
         policy = jnp.zeros(env.num_actions)
         row = Trajectory(obs[0], jnp.int32(0), jnp.float32(0), jnp.bool_(False), policy)
         ring = jax.tree.map(lambda x: jnp.zeros((L, B, *x.shape), x.dtype), row)
-        running, last = jnp.zeros(B), jnp.zeros(())
-        return Runner(model, opt.init(model), ring, jnp.int32(0), obs, state, running, last, key)
+        return Runner(
+            model=model,
+            opt_state=opt.init(model),
+            ring=ring,
+            filled=jnp.int32(0),
+            obs=obs,
+            env_state=state,
+            running=jnp.zeros(B),
+            last_return=jnp.zeros(()),
+            key=key,
+        )
 
     def env_step(r: Runner, key):
-        k_plan, k_env = jax.random.split(key)
-        out = plan(r.model, r.obs, k_plan)
-        obs, state, reward, done = step_envs(env, k_env, r.env_state, out.action)
+        plan_key, env_key = jax.random.split(key)
+        out = plan(r.model, r.obs, plan_key)
+        obs, state, reward, done = step_envs(env, env_key, r.env_state, out.action)
         step = Trajectory(r.obs, out.action, reward, done, out.action_weights)
         return r._replace(obs=obs, env_state=state), step
 
-    def learn(carry, key):
-        model, opt_state, ring, filled = carry
-        k_t, k_e = jax.random.split(key)
-        t = jax.random.randint(k_t, (cfg.batch_size,), L - filled, L - span + 1)  # window starts
-        e = jax.random.randint(k_e, (cfg.batch_size,), 0, B)
-        index = t[:, None] + jnp.arange(span)[None, :]  # (N, span)
-        windows = jax.tree.map(lambda x: x[index, e[:, None]], ring)
-        stepped, metrics = gradient_step(opt, loss, model, opt_state, windows, cfg)
-        ready = filled >= span
-        model, opt_state = where(ready, stepped, (model, opt_state))
-        return (model, opt_state, ring, filled), metrics
+    def learn(learner: Learner, key):
+        start_key, env_key = jax.random.split(key)
+        # each window's first step in the ring (among those holding data), and its env
+        starts = jax.random.randint(start_key, (cfg.batch_size,), L - learner.filled, L - span + 1)
+        envs = jax.random.randint(env_key, (cfg.batch_size,), 0, B)
+        index = starts[:, None] + jnp.arange(span)[None, :]  # (N, span)
+        windows = jax.tree.map(lambda x: x[index, envs[:, None]], learner.ring)
+        stepped, metrics = gradient_step(opt, loss, learner.model, learner.opt_state, windows, cfg)
+        ready = learner.filled >= span
+        model, opt_state = where(ready, stepped, (learner.model, learner.opt_state))
+        return learner._replace(model=model, opt_state=opt_state), metrics
 
     def append(old, new):  # the ring's oldest T steps out, the new ones in
         return jnp.concatenate([old[cfg.num_steps :], new])
 
     def iteration(r: Runner, _):
         # COLLECT: T steps of B envs, a search at every step
-        key, k_steps, k_learn = jax.random.split(r.key, 3)
-        r, steps = jax.lax.scan(env_step, r, jax.random.split(k_steps, cfg.num_steps))
+        key, steps_key, learn_key = jax.random.split(r.key, 3)
+        r, steps = jax.lax.scan(env_step, r, jax.random.split(steps_key, cfg.num_steps))
         ring = jax.tree.map(append, r.ring, steps)
         filled = jnp.minimum(r.filled + cfg.num_steps, L)
         # LEARN: gradient steps on windows sampled from the ring
-        carry = (r.model, r.opt_state, ring, filled)
-        carry, metrics = jax.lax.scan(learn, carry, jax.random.split(k_learn, cfg.learn_steps))
+        learner = Learner(model=r.model, opt_state=r.opt_state, ring=ring, filled=filled)
+        learner, metrics = jax.lax.scan(
+            learn, learner, jax.random.split(learn_key, cfg.learn_steps)
+        )
         running, last, episodes = episode_metrics(steps.reward, steps.done, r)
-        r = Runner(carry[0], carry[1], ring, filled, r.obs, r.env_state, running, last, key)
+        r = Runner(
+            model=learner.model,
+            opt_state=learner.opt_state,
+            ring=ring,
+            filled=filled,
+            obs=r.obs,
+            env_state=r.env_state,
+            running=running,
+            last_return=last,
+            key=key,
+        )
         metrics = jax.tree.map(lambda m: m[-1], metrics)
         return r, dict(metrics, **{"return": last, "episodes": episodes})
 

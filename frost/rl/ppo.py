@@ -151,8 +151,9 @@ def update(model, opt_state, rollout: Rollout, key, cfg: Config, opt) -> tuple[A
     data = Minibatch(obs[:-1], rollout.action, rollout.logp, values[:-1], adv, ret)  # (T, B, ...)
     data = jax.tree.map(lambda x: x.reshape(T * B, *x.shape[2:]), data)  # (T B, ...)
 
-    def minibatch(carry, batch):  # carry: (model, opt_state)
-        return gradient_step(opt, loss, *carry, batch, cfg)
+    def minibatch(carry, batch):
+        model, opt_state = carry
+        return gradient_step(opt, loss, model, opt_state, batch, cfg)
 
     def epoch(carry, key):
         order = jax.random.permutation(key, T * B)
@@ -178,11 +179,20 @@ class Runner(NamedTuple):
 def anakin(env, cfg: Config) -> tuple[Callable, Callable]:
     """(init, iteration) for frost.rl.anakin.run: one iteration is a rollout of T steps of B envs
     and one update; `cfg.updates` iterations make the run."""
-    opt, B = optimizer(cfg), cfg.num_envs
+    opt = optimizer(cfg)
+    B = cfg.num_envs
 
     def init(key):
         model, obs, state, key = start(env, ActorCritic, cfg, key)
-        return Runner(model, opt.init(model), obs, state, jnp.zeros(B), jnp.zeros(()), key)
+        return Runner(
+            model=model,
+            opt_state=opt.init(model),
+            obs=obs,
+            env_state=state,
+            running=jnp.zeros(B),
+            last_return=jnp.zeros(()),
+            key=key,
+        )
 
     def env_step(r: Runner, _):
         key, k_act, k_env = jax.random.split(r.key, 3)
@@ -219,8 +229,10 @@ def sebulba(
     depend on neither timing nor the actor count. Otherwise each update takes the first rollouts
     to arrive. `on_update(u, metrics)` after each update; the policy lag is in the metrics.
     Returns the trained ActorCritic."""
-    opt, step = optimizer(cfg), _learner(cfg)
-    key, last = jax.random.key(seed), 0.0
+    opt = optimizer(cfg)
+    step = _learner(cfg)
+    key = jax.random.key(seed)
+    last = 0.0  # the mean return of the latest episodes to end
     with Actors(make_env, act, cfg.num_envs, cfg.num_steps, actors, seed, deterministic) as pool:
 
         def fresh(key):  # jitted: built op by op, eagerly, the model takes seconds of compiling

@@ -88,7 +88,8 @@ class Recorder(metrics.Log):
 
 def train(cfg) -> int:
     """Train, evaluate and save the run `cfg` (a frost.rl.cli.RunConfig) describes."""
-    out, seeds = pathlib.Path(cfg.out), list(range(cfg.seed, cfg.seed + cfg.seeds))
+    out = pathlib.Path(cfg.out)
+    seeds = list(range(cfg.seed, cfg.seed + cfg.seeds))
     env = EnvSpec.parse(cfg.env)
     hp = presets(cfg.algo, env, cfg.steps)
     if cfg.mode == "sebulba" and hp.num_envs % (cfg.actors or 2):
@@ -116,27 +117,33 @@ def _run(cfg, out, env, hp, seeds, per_update: int) -> int:
             )
 
         runner = anakin.run(init, iteration, seeds, hp.updates, on_chunk)
-        models, seconds = runner.model, [time.perf_counter() - rec.t0] * len(seeds)
+        models = runner.model
+        seconds = [time.perf_counter() - rec.t0] * len(seeds)  # shared: one program
     else:
-        trained, seconds, n_actors = [], [], cfg.actors or 2
+        trained = []
+        seconds = []
+        n_actors = cfg.actors or 2
 
-        def report(seed, u, m):  # one seed's update u
-            rec.report([seed], (u + 1) * per_update, {k: [v] for k, v in m.items()})
+        def report(seed, u, update_metrics):  # one seed's update u
+            values = {k: [v] for k, v in update_metrics.items()}
+            rec.report([seed], (u + 1) * per_update, values)
 
         for seed in seeds:
-            s0, on_update = time.perf_counter(), functools.partial(report, seed)
+            started = time.perf_counter()
+            on_update = functools.partial(report, seed)
             trained.append(
                 ppo.sebulba(env.make(), hp, seed, n_actors, cfg.deterministic, on_update=on_update)
             )
-            seconds.append(time.perf_counter() - s0)
+            seconds.append(time.perf_counter() - started)
         models = jax.tree.map(lambda *x: jnp.stack(x), *trained)
     rec.close()
+    steps = hp.updates * per_update  # env steps per seed
     meta = {"algo": cfg.algo, "env": cfg.env, "seeds": seeds, "hidden": hp.hidden}
-    checkpoint.save(out / "checkpoint", hp.updates * per_update, {"model": models}, meta=meta)
+    checkpoint.save(out / "checkpoint", steps, {"model": models}, meta=meta)
     final = evaluate(cfg.algo, env, models, seeds)  # after the checkpoint: it cannot lose the run
     rows = [
-        {"seed": s, "final_return": float(r), "steps": hp.updates * per_update, "seconds": t}
-        for s, r, t in zip(seeds, np.asarray(final), seconds)
+        {"seed": seed, "final_return": float(ret), "steps": steps, "seconds": took}
+        for seed, ret, took in zip(seeds, np.asarray(final), seconds)
     ]
     atomic.write(out / "results.json", json.dumps({"seeds": rows}, indent=1))
     plot.returns(rec.records, out / "returns.png", str(out))
@@ -158,8 +165,10 @@ def evaluate(algo: str, env: EnvSpec, models, seeds):
         def seed_policy(i):  # obs -> actions of the i-th seed's model
             return functools.partial(policy, jax.tree.map(lambda x: x[i], models))
 
-        return [actors.evaluate(env.make(), seed_policy(i), seed=s) for i, s in enumerate(seeds)]
-    keys = jax.vmap(lambda s: jax.random.fold_in(jax.random.key(s), 1 << 20))(
+        return [
+            actors.evaluate(env.make(), seed_policy(i), seed=seed) for i, seed in enumerate(seeds)
+        ]
+    keys = jax.vmap(lambda seed: jax.random.fold_in(jax.random.key(seed), 1 << 20))(
         np.asarray(seeds, np.uint32)
     )
     return _evaluator(algo, env)(models, keys)
@@ -169,8 +178,9 @@ def evaluate(algo: str, env: EnvSpec, models, seeds):
 def _evaluator(algo: str, env: EnvSpec):
     """(models, keys) -> the mean greedy return on jnp env `env` of each seed's model (compiled
     once)."""
-    e, greedy = env.make(), ALGOS[algo].greedy
-    return anakin.jit(jax.vmap(lambda m, k: anakin.evaluate(e, greedy(m), k)))
+    jnp_env = env.make()
+    greedy = ALGOS[algo].greedy
+    return anakin.jit(jax.vmap(lambda model, key: anakin.evaluate(jnp_env, greedy(model), key)))
 
 
 def evaluate_run(run_dir) -> int:
