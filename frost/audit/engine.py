@@ -44,10 +44,13 @@ from frost.audit.protocol import MUON_ADAM_LR
 from frost.config import UsageError
 from frost.optim.registry import build, describe, resolve
 from frost.train.loop import train_step
+from frost.tree import PyTree
 
 CHUNK = 10  # steps per compiled call
 PLACEHOLDER = 0.5  # a non-zero build value for hyper-parameters set later
-_programs, _evals, _keys = {}, {}, {}
+_programs = {}  # {(workload, shapes, optimizer, built values, runs, devices, fsdp): compiled chunk}
+_evals = {}  # {workload name: its jitted, vmapped evaluation loss}
+_keys = {}  # {(workload, classes, optimizer, grid axes): _held's answer}
 
 
 class Run(NamedTuple):
@@ -59,6 +62,17 @@ class Run(NamedTuple):
 class Group(NamedTuple):
     runs: list
     built: dict  # hyper-parameters the optimizer is built with (not held in its state)
+
+
+class Carry(NamedTuple):
+    """The stacked state of a group's runs, carried from chunk to chunk (each leaf has the runs'
+    axis first, but the optimizer states' integer counters, shared by the group)."""
+
+    models: PyTree  # each run's model
+    states: PyTree  # each run's optimizer state
+    peaks: jax.Array  # (K,) float32: each run's peak learning rate
+    keys: jax.Array  # (K,) each run's key for its batches and steps
+    diverged: jax.Array  # (K,) int32: the step each run diverged at, -1 while it has not
 
 
 def unit_lr(t, total):
@@ -85,7 +99,8 @@ def refuse(workload, need: int):
 
 def runs_mesh(spec: str | None) -> Mesh | None:
     """The 1-D "runs" mesh of `--mesh runs=N` over this process's first N devices; None: none."""
-    devices, given = jax.local_devices(), re.fullmatch(r"runs=([1-9][0-9]*)", spec or "runs=1")
+    devices = jax.local_devices()
+    given = re.fullmatch(r"runs=([1-9][0-9]*)", spec or "runs=1")
     if given is None or int(given[1]) > len(devices):
         raise UsageError(f"--mesh {spec}: give runs=N, N <= {len(devices)} (the devices seen)")
     return Mesh(np.asarray(devices[: int(given[1])]), ("runs",)) if spec else None
@@ -102,7 +117,7 @@ def _make(workload, data, name, built, axes, peak=1.0, total=1):
             adam_weight_decay=PLACEHOLDER,
             adam_learning_rate=lambda count: MUON_ADAM_LR * lr(count),
         )
-    held = {a: PLACEHOLDER for a in axes if a not in built and a != "learning_rate"}
+    held = {axis: PLACEHOLDER for axis in axes if axis not in built and axis != "learning_rate"}
     return build(name, lr, **held, **built, **extra)
 
 
@@ -114,10 +129,10 @@ def _held(workload, data, name, axes) -> dict:
         state = jax.eval_shape(_make(workload, data, name, {}, axes).init, model)
         keys = optim.get_hyperparams(state)
         held = {}
-        for a in axes:
-            found = [k for k in keys if k == a or k.endswith("/" + a)]  # "muon/momentum"
-            if a != "learning_rate" and found:
-                held[a] = found
+        for axis in axes:
+            found = [k for k in keys if k == axis or k.endswith("/" + axis)]  # "muon/momentum"
+            if axis != "learning_rate" and found:
+                held[axis] = found
         _keys[tag] = held
     return _keys[tag]
 
@@ -126,11 +141,11 @@ def groups(workload, data, name, runs) -> list[Group]:
     """Split `runs` (one optimizer, one budget) into groups that can share one program."""
     axes = tuple(runs[0].hyperparams)
     held = _held(workload, data, name, axes)
-    built = [a for a in axes if a not in held and a != "learning_rate"]
-    out = {}
-    for r in runs:
-        out.setdefault(tuple(r.hyperparams[a] for a in built), []).append(r)
-    return [Group(rs, dict(zip(built, values))) for values, rs in out.items()]
+    built = [axis for axis in axes if axis not in held and axis != "learning_rate"]
+    by_values = {}  # {the built hyper-parameters' values: the runs with them}
+    for run in runs:
+        by_values.setdefault(tuple(run.hyperparams[axis] for axis in built), []).append(run)
+    return [Group(same, dict(zip(built, values))) for values, same in by_values.items()]
 
 
 def probe(workload, data, name, hyperparams: dict) -> None:
@@ -161,7 +176,8 @@ def _traced(workload, data, name, runs):
 
 def footprint(workload, data, name, hyperparams: dict, k: int) -> int:
     """Bytes of memory a run takes in a program of `k` vmapped runs (compiled, not run)."""
-    _, carry, chunk = _traced(workload, data, name, [Run(hyperparams, s, CHUNK) for s in range(k)])
+    runs = [Run(hyperparams, seed, CHUNK) for seed in range(k)]
+    _, carry, chunk = _traced(workload, data, name, runs)
     return _need(chunk.lower(carry, _steps(0), data.arrays, np.int32(CHUNK)).compile()) // k
 
 
@@ -171,11 +187,11 @@ def _need(program) -> int:
     return stats.argument_size_in_bytes + stats.output_size_in_bytes + stats.temp_size_in_bytes
 
 
-def _eval_params(opt, carry):
+def _eval_params(opt, carry: Carry):
     """Each run's parameters to evaluate: the optimizer's `eval_params` (a registry.WithEval:
     schedule-free's averaged point), else its parameters."""
     params = getattr(opt, "eval_params", lambda params, state: params)
-    return jax.vmap(params, in_axes=(0, _axes(carry[1])))(carry[0], carry[1])
+    return jax.vmap(params, in_axes=(0, _axes(carry.states)))(carry.models, carry.states)
 
 
 def _axes(states):
@@ -183,39 +199,44 @@ def _axes(states):
     return jax.tree.map(lambda x: None if jnp.issubdtype(x.dtype, jnp.integer) else 0, states)
 
 
-def _init(workload, data, name, opt, runs):
-    """Stacked (models, optimizer states, peak learning rates, keys, diverged step) of the runs:
-    models from their seeds, the states' held hyper-parameters set to theirs. Run eagerly: its
-    random initialisers take longer to compile as one program than to run op by op."""
+def _init(workload, data, name, opt, runs) -> Carry:
+    """The runs' first Carry: models from their seeds, the states' held hyper-parameters set to
+    theirs, no run diverged. Run eagerly: its random initialisers take longer to compile as one
+    program than to run op by op."""
     axes = tuple(runs[0].hyperparams)
     values = {
-        k: np.asarray([r.hyperparams[a] for r in runs], np.float32)
-        for a, keys in _held(workload, data, name, axes).items()
-        for k in keys
+        key: np.asarray([run.hyperparams[axis] for run in runs], np.float32)
+        for axis, keys in _held(workload, data, name, axes).items()
+        for key in keys
     }
-    seeds = np.asarray([r.seed for r in runs], np.int32)
-    peaks = np.asarray([r.hyperparams["learning_rate"] for r in runs], np.float32)
+    seeds = np.asarray([run.seed for run in runs], np.int32)
+    peaks = np.asarray([run.hyperparams["learning_rate"] for run in runs], np.float32)
     keys = jax.vmap(jax.random.key)(seeds)
     models = jax.vmap(lambda k: workload.model(data, jax.random.fold_in(k, 0)))(keys)
     states = jax.vmap(opt.init)(models)
     if values:  # (vmap needs an array: a state may hold none, optax.EmptyState)
-        states = jax.vmap(lambda s, v: optim.set_hyperparams(s, **v))(states, values)
+        states = jax.vmap(lambda state, held: optim.set_hyperparams(state, **held))(states, values)
     # counters shared; every other leaf its own buffer, as the chunk donates its carry (a state
     # may hold one array twice: prodigy's, cocob's)
     states = jax.tree.map(
         lambda x: x[0] if jnp.issubdtype(x.dtype, jnp.integer) else jnp.copy(x), states
     )
-    step_keys = jax.vmap(lambda k: jax.random.fold_in(k, 1))(keys)
-    return models, states, jnp.asarray(peaks), step_keys, jnp.full(len(seeds), -1)
+    step_keys = jax.vmap(lambda key: jax.random.fold_in(key, 1))(keys)
+    return Carry(
+        models=models,
+        states=states,
+        peaks=jnp.asarray(peaks),
+        keys=step_keys,
+        diverged=jnp.full(len(seeds), -1),
+    )
 
 
 def _program(workload, data, name, built, axes, threshold):
     """The jitted chunk: CHUNK steps of every run, returning the carry and each step's losses."""
     hessian = resolve(name).hessian
 
-    def body(c, t, arrays, total):
-        models, states, peaks, keys, bad = c
-        axes_in = _axes(states)
+    def body(carry: Carry, t, arrays, total):
+        axes_in = _axes(carry.states)
 
         def one(model, state, peak, key):  # train_step's default loss: softmax cross-entropy
             opt = _make(workload, data, name, built, axes, peak, total)
@@ -225,12 +246,13 @@ def _program(workload, data, name, built, axes, threshold):
             return model, state, metrics["loss"], metrics["finite"]
 
         models, states, loss, finite = jax.vmap(one, in_axes=(0, axes_in, 0, 0))(
-            models, states, peaks, keys
+            carry.models, carry.states, carry.peaks, carry.keys
         )
         # counters: shared
-        states = jax.tree.map(lambda x, a: x if a == 0 else jnp.max(x, 0), states, axes_in)
-        bad = jnp.where((bad < 0) & ~(finite & (loss <= threshold)), t, bad)
-        return (models, states, peaks, keys, bad), loss
+        states = jax.tree.map(lambda x, axis: x if axis == 0 else jnp.max(x, 0), states, axes_in)
+        fails = ~(finite & (loss <= threshold))
+        diverged = jnp.where((carry.diverged < 0) & fails, t, carry.diverged)
+        return carry._replace(models=models, states=states, diverged=diverged), loss
 
     # (carry, steps (CHUNK,), arrays, total) -> (carry, losses (CHUNK, K))
     return parallel.scan_chunks(body, CHUNK)
@@ -247,27 +269,30 @@ def run_group(workload, data, name, group: Group, max_runs=None, mesh=None, fsdp
     big for a device trains alone, `fsdp`: each of its leaves split along its largest divisible
     axis over the mesh (parallel.fsdp; the batch is not split); too big even so, it is
     refused."""
-    runs, built, n = group.runs, group.built, mesh.size if mesh else 1
+    runs = group.runs
+    built = group.built
+    n = mesh.size if mesh else 1  # devices
     if max_runs is not None and len(runs) > max_runs:
-        return [
-            r
-            for i in range(0, len(runs), max_runs)
-            for r in run_group(
-                workload, data, name, Group(runs[i : i + max_runs], built), max_runs, mesh
-            )
-        ]
+        results = []
+        for i in range(0, len(runs), max_runs):
+            part = Group(runs[i : i + max_runs], built)
+            results += run_group(workload, data, name, part, max_runs, mesh)
+        return results
     # every device an equal share (FSDP: one run over all): copies of the last run, dropped after
     if len(runs) % n and not fsdp:
         padded = Group(runs + runs[-1:] * (-len(runs) % n), built)
         return run_group(workload, data, name, padded, max_runs, mesh)[: len(runs)]
-    steps, axes = runs[0].steps, tuple(runs[0].hyperparams)
+    steps = runs[0].steps
+    axes = tuple(runs[0].hyperparams)
     opt = _make(workload, data, name, built, axes)
-    carry, arrays = _init(workload, data, name, opt, runs), data.arrays
+    carry = _init(workload, data, name, opt, runs)
+    arrays = data.arrays
     if mesh is not None:  # each run's leaves on its device, the states' counters on all; or FSDP
-        split, whole = NamedSharding(mesh, P("runs")), NamedSharding(mesh, P())
+        split = NamedSharding(mesh, P("runs"))
+        whole = NamedSharding(mesh, P())
         shared = lambda x: whole if jnp.issubdtype(x.dtype, jnp.integer) else split  # noqa: E731
         layout = jax.tree.map(lambda _: split, carry)
-        layout = (layout[0], jax.tree.map(shared, carry[1]), *layout[2:])
+        layout = layout._replace(states=jax.tree.map(shared, carry.states))
         carry = jax.device_put(carry, parallel.fsdp(carry, mesh, "runs") if fsdp else layout)
         arrays = jax.device_put(arrays, whole)
     shapes = tuple(v.shape for v in arrays.values())
@@ -282,21 +307,23 @@ def run_group(workload, data, name, group: Group, max_runs=None, mesh=None, fsdp
         if n == 1 or fsdp:
             refuse(workload, _need(program))
         alone = {}  # FSDP, a run at a time (a padding copy is the object it copies: trained once)
-        for r in runs:
-            if id(r) not in alone:
-                alone[id(r)] = run_group(workload, data, name, Group([r], built), 1, mesh, True)[0]
-        return [alone[id(r)] for r in runs]
-    start, curve = time.perf_counter(), []
+        for run in runs:
+            if id(run) not in alone:
+                one = Group([run], built)
+                alone[id(run)] = run_group(workload, data, name, one, 1, mesh, True)[0]
+        return [alone[id(run)] for run in runs]
+    start = time.perf_counter()
+    curve = []  # each chunk's mean loss of each run, (K,)
     for t0 in range(0, steps, CHUNK):
         carry, losses = program(carry, _steps(t0), arrays, np.int32(steps))
         curve.append(np.asarray(losses).mean(0))  # (K,)
-        if (np.asarray(carry[-1]) >= 0).all():
+        if (np.asarray(carry.diverged) >= 0).all():
             break  # every run has diverged
     seconds = (time.perf_counter() - start) / len(runs)  # training (not the evaluation's compile)
     if workload.name not in _evals:
         _evals[workload.name] = jax.jit(jax.vmap(workload.eval_loss, in_axes=(0, None)))
     final = np.asarray(_evals[workload.name](_eval_params(opt, carry), arrays))
-    bad = np.asarray(carry[-1])
+    bad = np.asarray(carry.diverged)  # a non-finite final loss diverged at the last step
     bad = np.where((bad < 0) & ~np.isfinite(final), steps - 1, bad)
     return [
         {

@@ -92,24 +92,29 @@ BASELINE = {
 def grid(name: str, make, centre: float, quick: bool = False) -> list[dict]:
     """Every trial of optimizer `name` (built by `make`) as {hyper-parameter: value}; same count for
     all."""
-    g = GRIDS.get(ALIASES.get(name, name))  # the registry's other names share their grid
+    spec = GRIDS.get(ALIASES.get(name, name))  # the registry's other names share their grid
     # a user's optimizer: weight decay if `make` takes it, and learning rates for the key's share
-    if g is None:
+    if spec is None:
         takes = inspect.signature(make).parameters
-        wd = "weight_decay" in takes or any(p.kind == p.VAR_KEYWORD for p in takes.values())
-        g = Grid(1.0, (0.1, 0.0) if wd else (None,), None)
-    wds, values = (g.weight_decay[:1], g.values[:1]) if quick else (g.weight_decay, g.values)
-    n = LR_POINTS * (1 if quick or g.key else 2) * (1 if quick or wds[0] is not None else 2)
-    lrs = centre * g.lr * 2.0 ** (np.arange(n) - (LR_POINTS - 1) / 2 - (n - LR_POINTS) // 2)
+        decays = "weight_decay" in takes or any(p.kind == p.VAR_KEYWORD for p in takes.values())
+        spec = Grid(1.0, (0.1, 0.0) if decays else (None,), None)
+    weight_decays = spec.weight_decay[:1] if quick else spec.weight_decay
+    values = spec.values[:1] if quick else spec.values
+    # LR_POINTS rates, doubled for a grid with no key, and again for no weight decay
+    points = LR_POINTS
+    points *= 1 if quick or spec.key else 2
+    points *= 1 if quick or weight_decays[0] is not None else 2
+    exponents = np.arange(points) - (LR_POINTS - 1) / 2 - (points - LR_POINTS) // 2
+    lrs = centre * spec.lr * 2.0**exponents
     return [
         {
             "learning_rate": float(f"{lr:.3g}"),
             **({} if wd is None else {"weight_decay": wd}),
-            **({g.key: v} if g.key else {}),
+            **({spec.key: value} if spec.key else {}),
         }
         for lr in lrs
-        for wd in wds
-        for v in (values or [None])
+        for wd in weight_decays
+        for value in (values or [None])
     ]
 
 
@@ -128,23 +133,27 @@ def steps_to_reach(steps, losses, target: float) -> tuple[float, str]:
     as a shorter one (a running minimum). Returns (steps, "=") or, outside the budgets, the
     nearest budget with ">" (needs more) or "<" (needs fewer).
 
-        steps_to_reach([100, 200, 400], [3.0, 2.5, 2.0], 2.25) -> (282.8..., "=")   # sqrt(200 *
-        400)
+    ```python
+    steps_to_reach([100, 200, 400], [3.0, 2.5, 2.0], 2.25)  # (282.8..., "="): sqrt(200 * 400)
+    ```
     """
     order = np.argsort(steps)
-    s = np.asarray(steps, float)[order]
+    budgets = np.asarray(steps, float)[order]
     loss = np.minimum.accumulate(np.asarray(losses, float)[order])
     if target >= loss[0]:
-        return float(s[0]), "<" if target > loss[0] else "="
+        return float(budgets[0]), "<" if target > loss[0] else "="
     if target < loss[-1]:
-        return float(s[-1]), ">"
+        return float(budgets[-1]), ">"
     i = int(np.argmax(loss <= target)) - 1  # loss[i] > target >= loss[i + 1]
     frac = (loss[i] - target) / (loss[i] - loss[i + 1])
-    return float(math.exp(math.log(s[i]) + frac * (math.log(s[i + 1]) - math.log(s[i])))), "="
+    low = math.log(budgets[i])
+    high = math.log(budgets[i + 1])
+    return float(math.exp(low + frac * (high - low))), "="
 
 
 def stable_fraction(runs) -> float:
-    return sum(not r["diverged"] for r in runs) / len(runs)
+    """The share of `runs` that did not diverge."""
+    return sum(not run["diverged"] for run in runs) / len(runs)
 
 
 def best_by_lr(runs) -> dict:
@@ -193,10 +202,10 @@ def speedup_interval(reaches, steps: int) -> Interval:
     seed, bound)] (steps_to_reach on the seed's own AdamW ladder): a Student-t interval on the log
     speedups, exponentiated; a bound counts at its value and opens its side."""
     # rounded: steps_to_reach's log-space interpolation is exact only to a few ulps
-    logs = np.round(np.log([r / steps for r, _ in reaches]), 12)
+    logs = np.round(np.log([reach / steps for reach, _ in reaches]), 12)
     mean, half = mean_ci(logs)
     half = 0.0 if math.isnan(half) else half
-    bounds = {b for _, b in reaches}
+    bounds = {bound for _, bound in reaches}
     return Interval(
         math.exp(mean),
         math.exp(mean - half),
@@ -212,8 +221,10 @@ def trend(params, spans: list[Interval]) -> tuple[float, float]:
     """(slope, its 95% half-width) of the log speedup against log parameters: least squares
     over every seed of every size (from each size's mean, spread and seeds), Student-t on the
     seeds less 2."""
-    x, n = np.log(np.asarray(params, float)), np.array([s.n for s in spans])
-    y, sd = np.log([s.mean for s in spans]), np.nan_to_num([s.sd for s in spans])
+    x = np.log(np.asarray(params, float))  # log parameters, one per size
+    n = np.array([span.n for span in spans])  # each size's seeds
+    y = np.log([span.mean for span in spans])  # each size's mean log speedup
+    sd = np.nan_to_num([span.sd for span in spans])  # and its spread over the seeds
     dx = x - (n * x).sum() / n.sum()
     slope = (n * dx * y).sum() / (n * dx**2).sum()
     fit = (n * y).sum() / n.sum() + slope * dx  # the line at each size
@@ -229,32 +240,32 @@ def welch(xs, ys) -> tuple[float, float, float]:
     return float(np.mean(xs) - np.mean(ys)), float((ci.high - ci.low) / 2), float(test.pvalue)
 
 
-def verdict(s: Interval, claimed: float) -> str:
+def verdict(interval: Interval, claimed: float) -> str:
     """`supported` when the whole interval reaches the claim (low >= claimed), `refuted` when
     it stays below it (high < claimed), else `inconclusive`."""
-    if s.low >= claimed and not s.open_low:
+    if interval.low >= claimed and not interval.open_low:
         return "supported"
-    if s.high < claimed and not s.open_high:
+    if interval.high < claimed and not interval.open_high:
         return "refuted"
     return "inconclusive"
 
 
-def seeds_to_decide(s: Interval, against: float = 1.0) -> int | None:
+def seeds_to_decide(interval: Interval, against: float = 1.0) -> int | None:
     """Seeds a two-sided 5% test with 80% power needs to tell the speedup from `against`, from
     the measured spread: n = ((z_0.975 + z_0.8) sd / |log speedup - log against|)^2."""
-    effect = abs(math.log(s.mean) - math.log(against))
-    if not effect or math.isnan(s.sd):
+    effect = abs(math.log(interval.mean) - math.log(against))
+    if not effect or math.isnan(interval.sd):
         return None
-    return math.ceil(((1.959964 + 0.841621) * s.sd / effect) ** 2)
+    return math.ceil(((1.959964 + 0.841621) * interval.sd / effect) ** 2)
 
 
-def words(s: Interval) -> str:
+def words(interval: Interval) -> str:
     """ "faster" / "slower" only when the interval excludes 1; else inconclusive, with the seeds
     that would decide it."""
-    if s.low > 1 and not s.open_low:
+    if interval.low > 1 and not interval.open_low:
         return "faster than tuned AdamW"
-    if s.high < 1 and not s.open_high:
+    if interval.high < 1 and not interval.open_high:
         return "slower than tuned AdamW"
-    n = seeds_to_decide(s)
-    more = f"; about {n} seeds would decide it" if n else ""
+    seeds = seeds_to_decide(interval)
+    more = f"; about {seeds} seeds would decide it" if seeds else ""
     return f"inconclusive at this scale (the interval contains 1{more})"

@@ -28,28 +28,34 @@ BASE = "paper baseline"
 KEY = ("workload", "optimizer", "hyperparams", "seed", "steps")  # a run's identity
 
 
-def _over(a, b) -> str:
-    """Speedup interval a's centre over b's (`1.52x`); a bound (`>1.52x`) when a side of either
-    is open the way that bounds the ratio, n/a when both ways are."""
-    if a is None or b is None:
+def _over(interval, against) -> str:
+    """Speedup `interval`'s centre over `against`'s (`1.52x`); a bound (`>1.52x`) when a side of
+    either is open the way that bounds the ratio, n/a when both ways are."""
+    if interval is None or against is None:
         return "n/a"
-    up, down = a.open_high or b.open_low, a.open_low or b.open_high
-    return "n/a" if up and down else f"{'>' if up else '<' if down else ''}{a.mean / b.mean:.2f}x"
+    up = interval.open_high or against.open_low  # the ratio may be larger
+    down = interval.open_low or against.open_high  # it may be smaller
+    if up and down:
+        return "n/a"
+    bound = ">" if up else "<" if down else ""
+    return f"{bound}{interval.mean / against.mean:.2f}x"
 
 
-def _interval(s) -> str:
+def _interval(interval) -> str:
     """`1.52x [1.31, 1.77]`; a side past AdamW's budgets is a bound (`<0.50`), and so is the
     centre then (`<0.48x`): never a point."""
-    if s is None:
+    if interval is None:
         return "n/a"
-    lt = "<" if s.open_low else ""
-    gt = ">" if s.open_high else ""
+    lt = "<" if interval.open_low else ""
+    gt = ">" if interval.open_high else ""
     centre = "?" if lt and gt else lt + gt
-    return f"{centre}{s.mean:.2f}x [{lt}{s.low:.2f}, {gt}{s.high:.2f}]"
+    return f"{centre}{interval.mean:.2f}x [{lt}{interval.low:.2f}, {gt}{interval.high:.2f}]"
 
 
-def _hp(h) -> str:
-    return ", ".join(f"{k} {v:g}" for k, v in h.items()) if h else "all diverged"
+def _hp(hyperparams) -> str:
+    if not hyperparams:
+        return "all diverged"
+    return ", ".join(f"{name} {value:g}" for name, value in hyperparams.items())
 
 
 def _every(res) -> list[dict]:
@@ -61,40 +67,50 @@ def _every(res) -> list[dict]:
 def summarise(res) -> dict:
     """Per optimizer (and the paper baseline): loss mean and CI, stability, LR range, speedups.
     Seconds per step: the geometric mean over an optimizer's batches (they share one program)."""
-    steps, finals = res["steps"], res["finals"]
+    steps = res["steps"]
+    finals = res["finals"]
     ladders = {}  # {seed: {budget: tuned AdamW's final loss}}: each seed's own ladder
     for budget, runs in res["curve"].items():
-        for r in runs:
-            if not r["diverged"]:
-                ladders.setdefault(r["seed"], {})[budget] = r["final_loss"]
-    reference = [r["final_loss"] for r in finals.get("adamw", []) if not r["diverged"]]
+        for run in runs:
+            if not run["diverged"]:
+                ladders.setdefault(run["seed"], {})[budget] = run["final_loss"]
+    reference = [run["final_loss"] for run in finals.get("adamw", []) if not run["diverged"]]
     # AdamW's runs at the optimizers' budget, for the cost per step (which a run's fixed costs
     # raise at shorter budgets): its grid, reruns and the baseline
-    adamw = [r for r in _every(res) if r["optimizer"] == "adamw" and r["steps"] == steps]
+    adamw = [run for run in _every(res) if run["optimizer"] == "adamw" and run["steps"] == steps]
 
     def row(runs, timed, tuning=None, hp=None):
-        losses = [r["final_loss"] for r in runs if not r["diverged"]]
+        losses = [run["final_loss"] for run in runs if not run["diverged"]]
         mean, ci = protocol.mean_ci(losses)
         reaches = []  # per fresh seed: AdamW's steps to this seed's loss on its own ladder
-        for r in runs:
-            if not r["diverged"] and r["seed"] in ladders:
-                ladder = ladders[r["seed"]]
+        for run in runs:
+            if not run["diverged"] and run["seed"] in ladders:
+                ladder = ladders[run["seed"]]
                 reaches.append(
-                    protocol.steps_to_reach(list(ladder), list(ladder.values()), r["final_loss"])
+                    protocol.steps_to_reach(list(ladder), list(ladder.values()), run["final_loss"])
                 )
-        s = protocol.speedup_interval(reaches, steps) if reaches else None
+        step = protocol.speedup_interval(reaches, steps) if reaches else None
         # log seconds per step of each batch (its runs share them): AdamW's, the optimizer's
-        logs = [np.log(list({r["seconds"] / r["steps"] for r in rs})) for rs in (adamw, timed)]
-        cost, half, wall = logs[0].mean() - logs[1].mean(), 0.0, None  # log cost ratio, ±
+        logs = [
+            np.log(list({run["seconds"] / run["steps"] for run in batch_runs}))
+            for batch_runs in (adamw, timed)
+        ]
+        cost = logs[0].mean() - logs[1].mean()  # log of the cost ratio, AdamW's over this one's
+        half = 0.0  # its 95% half-width: 0 for AdamW itself, and with one batch on a side
         if timed is not adamw and min(map(len, logs)) > 1:
             cost, half, _ = protocol.welch(*logs)
-        if s:  # the step interval and the cost ratio's, combined in quadrature (log scale)
-            h = math.hypot(math.log(s.high / s.mean), half)
-            at = s.mean * math.exp(cost)
-            wall = s._replace(mean=at, low=at / math.exp(h), high=at * math.exp(h))
-        welch = protocol.welch(losses, reference) if min(len(losses), len(reference)) > 1 else None
+        wall = None
+        if step is not None:  # the step interval and the cost ratio's, in quadrature (log scale)
+            spread = math.hypot(math.log(step.high / step.mean), half)
+            centre = step.mean * math.exp(cost)
+            wall = step._replace(
+                mean=centre, low=centre / math.exp(spread), high=centre * math.exp(spread)
+            )
+        welch = None
+        if min(len(losses), len(reference)) > 1:
+            welch = protocol.welch(losses, reference)
         return {
-            "interval": s,
+            "interval": step,
             "wall_interval": wall,
             "welch": welch,
             "hp": hp,
@@ -102,15 +118,15 @@ def summarise(res) -> dict:
             "ci": ci,
             "n": len(losses),
             "of": len(runs),
-            "stable": tuning and protocol.stable_fraction(tuning),
-            "range": tuning and protocol.lr_range(tuning),
+            "stable": protocol.stable_fraction(tuning) if tuning else None,
+            "range": protocol.lr_range(tuning) if tuning else None,
         }
 
     rows = {}
-    for n, runs in res["tuning"].items():
-        timed = adamw if n == "adamw" else runs + finals.get(n, [])
-        hp = (res["best"][n] or {}).get("hyperparams")
-        rows[n] = row(finals.get(n, []), timed, runs, hp)
+    for name, runs in res["tuning"].items():
+        timed = adamw if name == "adamw" else runs + finals.get(name, [])
+        hp = (res["best"][name] or {}).get("hyperparams")
+        rows[name] = row(finals.get(name, []), timed, runs, hp)
     rows[BASE] = row(res["baseline"], adamw, hp=protocol.BASELINE[res["kind"]])
     return rows
 
@@ -121,56 +137,58 @@ def _table(rows) -> list[str]:
         "step speedup [95%] | wall-clock speedup [95%] | vs paper baseline |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    for name, r in rows.items():
-        loss = f"diverged ({r['of']})"
-        if r["n"]:
-            loss = f"{r['mean']:.4f} ± {r['ci']:.4f} (n={r['n']}/{r['of']})"
-        stable = "" if r["stable"] is None else f"{r['stable']:.0%}"
-        width = (
-            "" if r["range"] is None else "n/a" if math.isnan(r["range"]) else f"{r['range']:.0f}x"
-        )
+    for name, row in rows.items():
+        loss = f"diverged ({row['of']})"
+        if row["n"]:
+            loss = f"{row['mean']:.4f} ± {row['ci']:.4f} (n={row['n']}/{row['of']})"
+        stable = "" if row["stable"] is None else f"{row['stable']:.0%}"
+        width = ""  # the LR range: none for the baseline, n/a when every trial diverged
+        if row["range"] is not None:
+            width = "n/a" if math.isnan(row["range"]) else f"{row['range']:.0f}x"
         out.append(
-            f"| {name} | {_hp(r['hp'])} | {loss} | {stable} | {width} | "
-            f"{_interval(r['interval'])} | {_interval(r['wall_interval'])} | "
-            f"{_over(r['interval'], rows[BASE]['interval'])} |"
+            f"| {name} | {_hp(row['hp'])} | {loss} | {stable} | {width} | "
+            f"{_interval(row['interval'])} | {_interval(row['wall_interval'])} | "
+            f"{_over(row['interval'], rows[BASE]['interval'])} |"
         )
     return out
 
 
 def _findings(res, rows) -> list[str]:
     """Plain-words findings for one workload."""
-    a, base, lines = rows["adamw"], rows[BASE], []
-    for n, r in rows.items():
-        if n in ("adamw", BASE):
+    adamw = rows["adamw"]
+    base = rows[BASE]
+    lines = []
+    for name, row in rows.items():
+        if name in ("adamw", BASE):
             continue
-        if not r["n"]:
-            lines.append(
-                f"- **{n}** did not train stably: every "
-                f"{'trial of its grid' if res['best'][n] is None else 'rerun of its best trial'} "
-                "diverged."
-            )
+        if not row["n"]:
+            which = "trial of its grid" if res["best"][name] is None else "rerun of its best trial"
+            lines.append(f"- **{name}** did not train stably: every {which} diverged.")
             continue
-        loss = f"its final loss is {r['mean']:.4f} (tuned AdamW's {a['mean']:.4f})"
-        if r["welch"] is not None:
-            d, half, p = r["welch"]
+        if row["welch"] is None:
+            loss = f"its final loss is {row['mean']:.4f} (tuned AdamW's {adamw['mean']:.4f})"
+        else:
+            difference, half, p_value = row["welch"]
             loss = (
-                f"its final loss differs from tuned AdamW's by {d:+.4f} ± {half:.4f} "
-                f"(Welch p = {p:.2g})"
+                f"its final loss differs from tuned AdamW's by {difference:+.4f} ± {half:.4f} "
+                f"(Welch p = {p_value:.2g})"
             )
-        claim = f" Claimed: {CLAIMS[n]}." if n in CLAIMS else ""
-        lines.append(
-            f"- **{n}**: step speedup {_interval(r['interval'])}, "
-            f"{protocol.words(r['interval']) if r['interval'] else 'not measured'} (wall-clock "
-            f"{_interval(r['wall_interval'])}, its own cost included); {loss}.{claim} "
-            + (
-                f"Against the untuned paper baseline it would look {vs} as fast."
-                if (vs := _over(r["interval"], base["interval"])) != "n/a"
-                else "Its ratio to the untuned paper baseline is not measured: an interval is "
+        claim = f" Claimed: {CLAIMS[name]}." if name in CLAIMS else ""
+        words = protocol.words(row["interval"]) if row["interval"] else "not measured"
+        against_base = _over(row["interval"], base["interval"])
+        if against_base != "n/a":
+            baseline = f"Against the untuned paper baseline it would look {against_base} as fast."
+        else:
+            baseline = (
+                "Its ratio to the untuned paper baseline is not measured: an interval is "
                 "missing, or their open sides leave the ratio unbounded both ways."
             )
+        lines.append(
+            f"- **{name}**: step speedup {_interval(row['interval'])}, {words} (wall-clock "
+            f"{_interval(row['wall_interval'])}, its own cost included); {loss}.{claim} " + baseline
         )
-        lrs = [h["learning_rate"] for h in res["trials"][n]]
-        if r["hp"]["learning_rate"] in (min(lrs), max(lrs)):
+        lrs = [trial["learning_rate"] for trial in res["trials"][name]]
+        if row["hp"]["learning_rate"] in (min(lrs), max(lrs)):
             lines[-1] += (
                 " Its best learning rate is at the edge of its grid: a wider grid may find a "
                 "better one."
@@ -192,24 +210,26 @@ def _scale(results, summaries) -> list[str]:
         sizes = [name for name, (wl, _) in results.items() if wl.kind == kind]
         if len(sizes) < 2:
             continue
-        for n in [n for n in summaries[sizes[0]] if n not in ("adamw", BASE)]:
-            spans = [summaries[w][n]["interval"] for w in sizes]
+        for name in [name for name in summaries[sizes[0]] if name not in ("adamw", BASE)]:
+            spans = [summaries[size][name]["interval"] for size in sizes]
             if None in spans:
                 continue
-            a, b = spans[0], spans[-1]
-            if len(spans) > 2 and not any(s.open_low or s.open_high for s in spans):
-                slope, half = protocol.trend([results[w][1]["params"] for w in sizes], spans)
+            smallest = spans[0]
+            largest = spans[-1]
+            if len(spans) > 2 and not any(span.open_low or span.open_high for span in spans):
+                params = [results[size][1]["params"] for size in sizes]
+                slope, half = protocol.trend(params, spans)
                 way = "rises" if slope > half else "falls" if slope < -half else None
                 trend = f"{way} with scale" if way else "is inconclusive at this scale"
                 trend += f" (slope of log speedup on log parameters {slope:+.3f} ± {half:.3f})"
-            elif a.high < b.low and not (a.open_high or b.open_low):
+            elif smallest.high < largest.low and not (smallest.open_high or largest.open_low):
                 trend = "rises with scale"
-            elif b.high < a.low and not (b.open_high or a.open_low):
+            elif largest.high < smallest.low and not (largest.open_high or smallest.open_low):
                 trend = "falls with scale"
             else:
                 trend = "is inconclusive at this scale (the intervals overlap)"
-            at = ", ".join(f"{_interval(s)} at {w}" for s, w in zip(spans, sizes))
-            lines.append(f"- **{n}** on {kind}: step speedup {at}: it {trend}.")
+            at = ", ".join(f"{_interval(span)} at {size}" for span, size in zip(spans, sizes))
+            lines.append(f"- **{name}** on {kind}: step speedup {at}: it {trend}.")
     return lines or ["- Only one width per workload was audited."]
 
 
@@ -230,16 +250,17 @@ def _plots(out, results, summaries):
     # step speedup [95%] against parameters, per optimizer and kind (Wen et al.'s Figure 1)
     points = {}  # {"lion (gpt)": [(parameters, Interval)]}
     for name, (wl, res) in results.items():
-        for n, row in summaries[name].items():
-            if n not in ("adamw", BASE) and row["interval"] is not None:
-                points.setdefault(f"{n} ({wl.kind})", []).append((res["params"], row["interval"]))
+        for optimizer, row in summaries[name].items():
+            if optimizer not in ("adamw", BASE) and row["interval"] is not None:
+                point = (res["params"], row["interval"])
+                points.setdefault(f"{optimizer} ({wl.kind})", []).append(point)
     fig = Figure(figsize=(5, 4))
     ax = fig.subplots()
     for label, line in points.items():
-        x, spans = zip(*line)
-        mean = np.array([s.mean for s in spans])
-        spread = [mean - [s.low for s in spans], [s.high for s in spans] - mean]
-        ax.errorbar(x, mean, yerr=spread, fmt="o-", capsize=3, label=label)
+        params, spans = zip(*line)
+        mean = np.array([span.mean for span in spans])
+        spread = [mean - [span.low for span in spans], [span.high for span in spans] - mean]
+        ax.errorbar(params, mean, yerr=spread, fmt="o-", capsize=3, label=label)
     ax.axhline(1, color="grey", linewidth=0.8, label="tuned AdamW")
     ax.set(xscale="log", yscale="log", xlabel="parameters", ylabel="step speedup over tuned AdamW")
     ax.legend(fontsize=7)
@@ -249,19 +270,22 @@ def _plots(out, results, summaries):
 
 
 def _curves(ax, res):
-    for n, runs in [*res["finals"].items(), (BASE, res["baseline"])]:
-        if ok := [[v for _, v in r["curve"]] for r in runs if not r["diverged"]]:
-            steps, style = [s for s, _ in runs[0]["curve"]], "--" if n == BASE else "-"
-            color = ax.plot(steps, np.mean(ok, 0), style, label=n)[0].get_color()
-            ax.fill_between(steps, np.min(ok, 0), np.max(ok, 0), color=color, alpha=0.2)
+    for name, runs in [*res["finals"].items(), (BASE, res["baseline"])]:
+        # the loss curves of the runs that did not diverge
+        curves = [[loss for _, loss in run["curve"]] for run in runs if not run["diverged"]]
+        if curves:
+            steps = [step for step, _ in runs[0]["curve"]]
+            style = "--" if name == BASE else "-"
+            color = ax.plot(steps, np.mean(curves, 0), style, label=name)[0].get_color()
+            ax.fill_between(steps, np.min(curves, 0), np.max(curves, 0), color=color, alpha=0.2)
     ax.set(xlabel="step", ylabel="training loss (mean over fresh seeds; band: their range)")
 
 
 def _sensitivity(ax, res):
-    for n, runs in res["tuning"].items():
+    for name, runs in res["tuning"].items():
         lrs, best = zip(*protocol.best_by_lr(runs).items())
-        color = ax.plot(lrs, best, "o-", label=n)[0].get_color()
-        gone = [lr for lr, b in zip(lrs, best) if np.isnan(b)]
+        color = ax.plot(lrs, best, "o-", label=name)[0].get_color()
+        gone = [lr for lr, loss in zip(lrs, best) if np.isnan(loss)]
         ax.plot(gone, [np.nanmax(best)] * len(gone), "x", color=color, markersize=9)
     ax.set(
         xscale="log",
@@ -277,7 +301,9 @@ def _host() -> str | None:
         info = pathlib.Path("/proc/cpuinfo").read_text()
     except OSError:  # not Linux
         return None
-    model, flags = (re.search(rf"^{k}\s*: (.*)$", info, re.M) for k in ("model name", "flags"))
+    model, flags = (
+        re.search(rf"^{name}\s*: (.*)$", info, re.M) for name in ("model name", "flags")
+    )
     digest = hashlib.sha1((flags[1] if flags else "").encode()).hexdigest()[:8]
     return f"{model[1] if model else '?'}, flags {digest}"
 
@@ -310,42 +336,44 @@ def provenance(data: str) -> dict:
 
 def _verdicts(summaries, claims) -> tuple[list, list, list]:
     """results.json's "claims" and "summary" rows, and report.md's verdict table."""
-    rows, summary = [], []
+    rows = []
+    summary = []
     table = [
         "## Verdicts\n",
         "| claim | workload | claimed | measured speedup [95% interval] | verdict |",
         "|---|---|---|---|---|",
     ]
     for workload, optimizers in summaries.items():
-        for n, r in optimizers.items():
-            s = r["interval"]
+        for name, row in optimizers.items():
+            step = row["interval"]  # the step speedup (None: not measured)
             summary.append(
                 {
-                    "optimizer": n,
+                    "optimizer": name,
                     "workload": workload,
-                    "final_loss": r["mean"] if r["n"] else None,
-                    "final_loss_low": r["mean"] - r["ci"] if r["n"] > 1 else None,
-                    "final_loss_high": r["mean"] + r["ci"] if r["n"] > 1 else None,
-                    "speedup": s and s.mean,
-                    "speedup_low": s and s.low,
-                    "speedup_high": s and s.high,
-                    "stable": r["stable"],
+                    "final_loss": row["mean"] if row["n"] else None,
+                    "final_loss_low": row["mean"] - row["ci"] if row["n"] > 1 else None,
+                    "final_loss_high": row["mean"] + row["ci"] if row["n"] > 1 else None,
+                    "speedup": step.mean if step else None,
+                    "speedup_low": step.low if step else None,
+                    "speedup_high": step.high if step else None,
+                    "stable": row["stable"],
                 }
             )
-            if n in claims:
+            if name in claims:
+                claimed = claims[name]
                 rows.append(
                     {
-                        "optimizer": n,
+                        "optimizer": name,
                         "workload": workload,
-                        "claimed": claims[n],
-                        "speedup": s and s.mean,
-                        "low": s and s.low,
-                        "high": s and s.high,
-                        "verdict": protocol.verdict(s, claims[n]) if s else "inconclusive",
+                        "claimed": claimed,
+                        "speedup": step.mean if step else None,
+                        "low": step.low if step else None,
+                        "high": step.high if step else None,
+                        "verdict": protocol.verdict(step, claimed) if step else "inconclusive",
                     }
                 )
                 table.append(
-                    f"| {n} {claims[n]:g}x | {workload} | {claims[n]:g}x | {_interval(s)} | "
+                    f"| {name} {claimed:g}x | {workload} | {claimed:g}x | {_interval(step)} | "
                     f"{rows[-1]['verdict']} |"
                 )
     return rows, summary, [*table, ""] if rows else []
@@ -362,22 +390,22 @@ def write(out, results, cfg, command, data: str = "", batch: int = 3):
     trained together."""
     runs = {}
     for _, res in results.values():
-        for r in _every(res):
+        for run in _every(res):
             # a run file's record less its curve, once per (workload, optimizer, hp, seed, steps)
-            runs.setdefault(run_key(r), {k: v for k, v in r.items() if k != "curve"})
+            runs.setdefault(run_key(run), {k: v for k, v in run.items() if k != "curve"})
     summaries = {name: summarise({**res, "kind": wl.kind}) for name, (wl, res) in results.items()}
     claims, summary, verdicts = _verdicts(summaries, cfg.claims)
     made = provenance(data)
     saved = {"runs": list(runs.values()), "claims": claims, "summary": summary, "provenance": made}
     atomic.write(out / "results.json", json.dumps(saved, indent=1))
     first_wl, first = next(iter(results.values()))
-    seconds = sum(r["seconds"] for r in runs.values())
+    seconds = sum(run["seconds"] for run in runs.values())
     rules = protocol.__doc__.split("\n\n", 2)[2].format(
         trials=len(first["trials"]["adamw"]),
-        seeds=max(r["seed"] for r in first["baseline"]),
+        seeds=max(run["seed"] for run in first["baseline"]),
         batch=batch,
         tolerance=protocol.TOLERANCE,
-        budgets=", ".join(f"{b / first['steps']:.3g}" for b in sorted(first["curve"])),
+        budgets=", ".join(f"{budget / first['steps']:.3g}" for budget in sorted(first["curve"])),
     )
     text = [
         f"# Optimizer audit\n\n`{command}`: {len(runs)} runs, {seconds / 60:.1f} minutes of "
@@ -394,12 +422,14 @@ def write(out, results, cfg, command, data: str = "", batch: int = 3):
         "| optimizer | learning rates | other |",
         "|---|---|---|",
     ]
-    for n, trials in first["trials"].items():
-        lrs = sorted({t["learning_rate"] for t in trials})
+    for name, trials in first["trials"].items():
+        lrs = sorted({trial["learning_rate"] for trial in trials})
         other = "; ".join(
-            f"{k} {sorted({t[k] for t in trials})}" for k in trials[0] if k != "learning_rate"
+            f"{axis} {sorted({trial[axis] for trial in trials})}"
+            for axis in trials[0]
+            if axis != "learning_rate"
         )
-        text.append(f"| {n} | {len(lrs)}: {lrs[0]:g} ... {lrs[-1]:g} | {other} |")
+        text.append(f"| {name} | {len(lrs)}: {lrs[0]:g} ... {lrs[-1]:g} | {other} |")
     for name, (wl, res) in results.items():
         text += [
             f"\n## {name}: {wl.describe(res['steps'])}\n",

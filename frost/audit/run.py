@@ -63,11 +63,12 @@ def run_id(workload, data, name, run: engine.Run) -> str:
 def command(cfg) -> str:
     """The command line that makes `cfg` (options at their defaults left out)."""
     parts = ["frost audit"]
-    for f in dataclasses.fields(cfg):
-        value, option = getattr(cfg, f.name), flag(f.name)
-        if value != f.default:
+    for field in dataclasses.fields(cfg):
+        value = getattr(cfg, field.name)
+        option = flag(field.name)
+        if value != field.default:
             if isinstance(value, tuple):  # a repeatable option: --claim A --claim B
-                parts += [f"{option} {v}" for v in value]
+                parts += [f"{option} {each}" for each in value]
             else:
                 parts.append(option if value is True else f"{option} {value}")
     return " ".join(parts)
@@ -75,15 +76,16 @@ def command(cfg) -> str:
 
 class Audit:
     def __init__(self, cfg, check: set | None = None, records: dict | None = None):
-        self.cfg, self.out = cfg, pathlib.Path(cfg.out)
+        self.cfg = cfg
+        self.out = pathlib.Path(cfg.out)
         self.check = check  # run keys to retrain and compare (--reproduce); None: train the missing
         self.records = records  # {run key: its record in OUT's results.json} (--reproduce)
         self.checked = {}  # {run key: its result retrained}
         self.mesh = engine.runs_mesh(cfg.mesh)
         self.batch = 0  # batches planned so far: process i of P trains those numbered i mod P
         # runs per batch; the seeds rerun now (--seeds auto: 3 more a round; --plan: its most)
-        self.k = MIN_SEEDS if cfg.seeds == "auto" else cfg.seeds
-        self.seeds = cfg.max_seeds if cfg.seeds == "auto" and cfg.plan else self.k
+        self.per_batch = MIN_SEEDS if cfg.seeds == "auto" else cfg.seeds
+        self.seeds = cfg.max_seeds if cfg.seeds == "auto" and cfg.plan else self.per_batch
         # AdamW's budgets, in units of the tuning budget
         self.budgets = QUICK_BUDGETS if cfg.quick else BUDGETS
         self.bar = None  # the progress bar over runs
@@ -109,16 +111,17 @@ class Audit:
 
     def train(self, wl, data, name, runs, cost) -> list[dict]:
         """The results of `runs` (one optimizer): from disk, or trained N at a time and saved."""
-        n, head = self.k, {"workload": wl.name, "optimizer": name}
+        n = self.per_batch
+        head = {"workload": wl.name, "optimizer": name}
         for group in engine.groups(wl, data, name, runs):
             for i in range(0, len(group.runs), n):
                 batch = group.runs[i : i + n]
                 # a full batch: one program per optimizer
                 pad = n - len(batch) if len(group.runs) > n else 0
-                work = sum(r.steps for r in batch) * cost
-                paths = [self.path(wl, data, name, r) for r in batch]
+                work = sum(run.steps for run in batch) * cost
+                paths = [self.path(wl, data, name, run) for run in batch]
                 # each run's identity: workload, optimizer, hyperparams, seed, steps
-                heads = [{**head, **r._asdict()} for r in batch]
+                heads = [{**head, **run._asdict()} for run in batch]
                 keys = [report.run_key(h) for h in heads]
                 # --reproduce: the sample's runs in this batch, once (auto's rounds repeat it)
                 wanted = (
@@ -129,20 +132,21 @@ class Audit:
                 if wanted or (wanted is None and mine and not all(p.exists() for p in paths)):
                     padded = engine.Group(batch + batch[-1:] * pad, group.built)
                     results = engine.run_group(wl, data, name, padded, mesh=self.mesh)
-                    for h, path, key, result in zip(heads, paths, keys, results):
+                    for identity, path, key, result in zip(heads, paths, keys, results):
                         if wanted is not None:  # --reproduce: compared, never written
                             self.checked[key] = result
                         elif not path.exists():  # a run already on disk keeps its record
-                            atomic.write(path, json.dumps({**h, **result}))
+                            atomic.write(path, json.dumps({**identity, **result}))
                     self.trained += work
                 self.tick(len(batch), work)
         parallel.on_first(lambda: None)  # every process's share on disk (a barrier)
         if self.check is None:
-            return [json.loads(self.path(wl, data, name, r).read_text()) for r in runs]
-        keys = [report.run_key({**head, **r._asdict()}) for r in runs]  # --reproduce: the records
-        if missing := [k for k in keys if k not in self.records]:
+            return [json.loads(self.path(wl, data, name, run).read_text()) for run in runs]
+        # --reproduce: the records
+        keys = [report.run_key({**head, **run._asdict()}) for run in runs]
+        if missing := [key for key in keys if key not in self.records]:
             raise UsageError(f"--reproduce {self.out}: its results.json lacks run {missing[0]}")
-        return [self.records[k] for k in keys]
+        return [self.records[key] for key in keys]
 
     def tick(self, runs, work):
         """Advance the bar; the time left is the work left at the rate of the work trained so
@@ -157,28 +161,35 @@ class Audit:
 
     def workload(self, wl, data, names):
         """Tune, rerun and measure one workload; returns its runs by role."""
-        steps, seeds, cost = self.steps(wl, data), range(1, self.seeds + 1), _cost(wl, data)
+        steps = self.steps(wl, data)
+        seeds = range(1, self.seeds + 1)
+        cost = _cost(wl, data)
 
         # each of `hyperparams` on each of `seeds`
         def train(name, hyperparams, seeds, budget=steps):
-            return self.train(
-                wl, data, name, [engine.Run(h, s, budget) for h in hyperparams for s in seeds], cost
-            )
+            runs = [engine.Run(hp, seed, budget) for hp in hyperparams for seed in seeds]
+            return self.train(wl, data, name, runs, cost)
 
-        trials = {n: self.trials(wl, n) for n in names}
-        tuning = {n: train(n, trials[n], [0]) for n in names}
-        best = {n: protocol.best_trial(runs) for n, runs in tuning.items()}
-        finals = {n: train(n, [b["hyperparams"]], seeds) for n, b in best.items() if b is not None}
+        trials = {name: self.trials(wl, name) for name in names}
+        tuning = {name: train(name, trials[name], [0]) for name in names}
+        best = {name: protocol.best_trial(runs) for name, runs in tuning.items()}
+        finals = {
+            name: train(name, [trial["hyperparams"]], seeds)
+            for name, trial in best.items()
+            if trial is not None
+        }
         budgets = []
         if best["adamw"]:
-            budgets = [round(f * steps / engine.CHUNK) * engine.CHUNK for f in self.budgets]
-        # tuned AdamW at each budget
-        curve = {
-            b: finals["adamw"]
-            if b == steps
-            else train("adamw", [best["adamw"]["hyperparams"]], seeds, b)
-            for b in budgets
-        }
+            budgets = [
+                round(fraction * steps / engine.CHUNK) * engine.CHUNK for fraction in self.budgets
+            ]
+        # tuned AdamW at each budget (its reruns at the tuning budget)
+        curve = {}
+        for budget in budgets:
+            if budget == steps:
+                curve[budget] = finals["adamw"]
+            else:
+                curve[budget] = train("adamw", [best["adamw"]["hyperparams"]], seeds, budget)
         baseline = train("adamw", [protocol.BASELINE[wl.kind]], seeds)
         return {
             "params": _params(wl, data),
@@ -197,26 +208,28 @@ class Audit:
         reached: as many seeds as its power estimate asks for, in whole batches."""
         if self.cfg.seeds != "auto" or self.seeds >= self.cfg.max_seeds:
             return 0
-        claims = self.cfg.claims or {n: 1.0 for n in self.cfg.names if n != "adamw"}
+        claims = self.cfg.claims or {name: 1.0 for name in self.cfg.names if name != "adamw"}
         want = []  # the undecided claims' power estimates
         for wl, res in results.values():
             rows = report.summarise({**res, "kind": wl.kind})
-            for n, claimed in claims.items():
-                s = rows.get(n, {}).get("interval")
-                if s and protocol.verdict(s, claimed) == "inconclusive":
-                    want.append(protocol.seeds_to_decide(s, claimed) or self.cfg.max_seeds)
+            for name, claimed in claims.items():
+                interval = rows.get(name, {}).get("interval")
+                if interval and protocol.verdict(interval, claimed) == "inconclusive":
+                    want.append(protocol.seeds_to_decide(interval, claimed) or self.cfg.max_seeds)
         if not want:
             return 0
-        more = max(math.ceil((max(want) - self.seeds) / self.k), 1) * self.k  # whole batches
+        batches = max(math.ceil((max(want) - self.seeds) / self.per_batch), 1)
+        more = batches * self.per_batch  # whole batches
         return min(self.seeds + more, self.cfg.max_seeds)
 
     def plan(self, variants, names) -> tuple[int, float]:
         """(runs, work) the audit will take, for the progress bar and its estimate of the time
         left."""
-        runs = work = 0
+        runs = 0
+        work = 0
         # the grids, then reruns: finals, AdamW's other budgets, the baseline
         for wl, data in variants:
-            trials = sum(len(self.trials(wl, n)) for n in names)
+            trials = sum(len(self.trials(wl, name)) for name in names)
             runs += trials + self.seeds * (len(names) + len(self.budgets))
             budget_units = trials + self.seeds * (len(names) + sum(self.budgets))
             work += _cost(wl, data) * self.steps(wl, data) * budget_units
@@ -239,44 +252,49 @@ def audit(cfg, progress: bool = True, check: set | None = None, records=None):
     (run keys of the finished audit in cfg.out, whose results.json `records` holds), retrain the
     batches holding them instead, write nothing, and return the Audit: `checked` holds their
     new results."""
-    a = Audit(cfg, check, records)
+    job = Audit(cfg, check, records)
     kinds = ("gpt", "image") if cfg.workload == "all" else (cfg.workload,)
-    fresh = not a.out.exists()
+    fresh = not job.out.exists()
     try:
-        data = {k: workloads.load(k, cfg.data, workloads.CACHE, progress) for k in kinds}
+        datasets = {
+            kind: workloads.load(kind, cfg.data, workloads.CACHE, progress) for kind in kinds
+        }
         # the audit's identity: its options, with the data's content in place of its path
-        a.prints = ",".join(f"{k}:{d.fingerprint}" for k, d in data.items())
+        job.prints = ",".join(f"{kind}:{data.fingerprint}" for kind, data in datasets.items())
         variants = [  # each kind's ladder, smallest first; its smallest alone with --quick
-            (wl, data[kind])
+            (wl, datasets[kind])
             for kind in kinds
             for wl in workloads.ladder(kind, cfg.sizes)[: 1 if cfg.quick else None]
         ]
         if check is None and not cfg.plan:
-            resume = (a.out / "config.json").exists()
-            claim(a.out, cfg, resume, "--out", data=a.prints, reproduce=None, sample=None)
-            (a.out / "runs").mkdir(exist_ok=True)
-        for wl, d in variants:  # every optimizer traced once before any run trains
+            resume = (job.out / "config.json").exists()
+            claim(job.out, cfg, resume, "--out", data=job.prints, reproduce=None, sample=None)
+            (job.out / "runs").mkdir(exist_ok=True)
+        for wl, data in variants:  # every optimizer traced once before any run trains
             for name in cfg.names:
-                engine.probe(wl, d, name, a.trials(wl, name)[0])
+                engine.probe(wl, data, name, job.trials(wl, name)[0])
     except UsageError:  # bad --data or --optimizer: leave no folder behind
         if fresh:
-            shutil.rmtree(a.out, ignore_errors=True)
+            shutil.rmtree(job.out, ignore_errors=True)
         raise
     if cfg.plan:
-        return show_plan(a, variants)
-    with tqdm(unit="run", desc="audit", disable=not progress, dynamic_ncols=True) as a.bar:
-        while a.seeds:  # one round; --seeds auto: until its claims are decided
-            total, a.work = a.plan(variants, cfg.names)
-            a.bar.reset(total)
-            a.done = 0.0
-            results = {wl.name: (wl, a.workload(wl, d, cfg.names)) for wl, d in variants}
-            a.seeds = a.more(results)
+        return show_plan(job, variants)
+    with tqdm(unit="run", desc="audit", disable=not progress, dynamic_ncols=True) as job.bar:
+        while job.seeds:  # one round; --seeds auto: until its claims are decided
+            total, job.work = job.plan(variants, cfg.names)
+            job.bar.reset(total)
+            job.done = 0.0
+            results = {wl.name: (wl, job.workload(wl, data, cfg.names)) for wl, data in variants}
+            job.seeds = job.more(results)
     if check is not None:
-        return a
+        return job
     if jax.process_count() > 1:
-        print(f"process {jax.process_index()}: trained {a.trained / a.work:.0%} of the work")
-    write = lambda: str(report.write(a.out, results, cfg, command(cfg), a.prints, a.k))  # noqa: E731
-    return pathlib.Path(parallel.on_first(write))  # process 0 writes the report
+        print(f"process {jax.process_index()}: trained {job.trained / job.work:.0%} of the work")
+
+    def write():  # process 0 writes the report
+        return str(report.write(job.out, results, cfg, command(cfg), job.prints, job.per_batch))
+
+    return pathlib.Path(parallel.on_first(write))
 
 
 def reproduce(cfg, progress: bool = True) -> None:
@@ -289,21 +307,22 @@ def reproduce(cfg, progress: bool = True) -> None:
     try:
         saved = json.loads((out / "results.json").read_text())
         options = json.loads((out / "config.json").read_text())
-        made, records = saved["provenance"], {report.run_key(r): r for r in saved["runs"]}
+        made = saved["provenance"]
+        records = {report.run_key(record): record for record in saved["runs"]}
     except (OSError, KeyError, json.JSONDecodeError) as e:
         raise UsageError(f"--reproduce {out}: not a finished audit ({e!r})") from None
     sample = set(random.Random(0).sample(sorted(records), min(cfg.sample, len(records))))
     options.update(data=cfg.data, out=str(out), reproduce=None, sample=cfg.sample)
     lists = {k: tuple(v) for k, v in options.items() if isinstance(v, list)}  # JSON: tuples lists
-    a = audit(type(cfg)(**{**options, **lists}), progress, sample, records)
-    now = report.provenance(a.prints)
+    job = audit(type(cfg)(**{**options, **lists}), progress, sample, records)
+    now = report.provenance(job.prints)
     changed = [k for k in now if made.get(k) != now[k]]
     exact = not set(changed) & {"jax", "jaxlib", "xla_flags", "devices", "host"}
     for k in changed:
         print(f"provenance {k}: {made.get(k)!r}, now {now[k]!r}")
     bad = 0
-    for i in sorted(sample):
-        was, new = records[i], a.checked.get(i)
+    for key in sorted(sample):
+        was, new = records[key], job.checked.get(key)
         if new is None:  # its protocol or optimizer code changed: it is not in the plan
             verdict = "DIFFERS: not in the audit's plan on this code"
         elif (new["diverged"], new["final_loss"]) == (was["diverged"], was["final_loss"]):
@@ -323,33 +342,40 @@ def reproduce(cfg, progress: bool = True) -> None:
     print(f"--reproduce {out}: all {len(sample)} runs reproduce")
 
 
-def show_plan(a: Audit, variants) -> None:
+def show_plan(job: Audit, variants) -> None:
     """`--plan`: per workload, its runs, steps and FLOPs (6 x parameters x tokens), the memory a
     run takes and how many fit together in half a device's memory, and the time on these devices:
     one chunk of K AdamW runs of the kind's built-in smallest workload (gpt-s, image-s) is timed,
     and scaled by FLOPs at AdamW's cost per step (an upper bound where larger models use a device
     better). Refuses a workload one run of which does not fit, before any training, unless a
     mesh can split it (FSDP)."""
-    cfg, rate, seconds, flops = a.cfg, {}, 0.0, 0.0
-    devices = (a.mesh.size if a.mesh else 1) * jax.process_count()
+    cfg = job.cfg
+    rate = {}  # {kind: seconds per unit of work}
+    seconds = 0.0
+    flops = 0.0
+    devices = (job.mesh.size if job.mesh else 1) * jax.process_count()
     print("| workload | parameters | steps | runs | FLOPs | memory/run | runs/device | time |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
-    for wl, d in variants:
-        runs, work = a.plan([(wl, d)], cfg.names)
+    for wl, data in variants:
+        runs, work = job.plan([(wl, data)], cfg.names)
         if wl.kind not in rate:  # seconds per unit of work (a step's examples x parameters)
             probe = workloads.WORKLOADS[f"{wl.kind}-s"]
-            trial = [engine.Run(a.trials(probe, "adamw")[0], s, engine.CHUNK) for s in range(a.k)]
-            (group,) = engine.groups(probe, d, "adamw", trial)
-            timed = engine.run_group(probe, d, "adamw", group)[0]["seconds"]
-            rate[wl.kind] = timed / (engine.CHUNK * _cost(probe, d))
-        need = engine.footprint(wl, d, "adamw", a.trials(wl, "adamw")[0], a.k)
+            trial = [
+                engine.Run(job.trials(probe, "adamw")[0], seed, engine.CHUNK)
+                for seed in range(job.per_batch)
+            ]
+            (group,) = engine.groups(probe, data, "adamw", trial)
+            timed = engine.run_group(probe, data, "adamw", group)[0]["seconds"]
+            rate[wl.kind] = timed / (engine.CHUNK * _cost(probe, data))
+        need = engine.footprint(wl, data, "adamw", job.trials(wl, "adamw")[0], job.per_batch)
         fit = int(0.5 * engine.memory() // need)  # none: one at a time, split over the mesh
-        if not fit and (a.mesh is None or a.mesh.size == 1):
+        if not fit and (job.mesh is None or job.mesh.size == 1):
             engine.refuse(wl, need)
         took = work * rate[wl.kind] / devices
-        seconds, flops = seconds + took, flops + 6 * work
+        seconds += took
+        flops += 6 * work
         print(
-            f"| {wl.name} | {_params(wl, d) / 1e6:.3g}M | {a.steps(wl, d)} | {runs} | "
+            f"| {wl.name} | {_params(wl, data) / 1e6:.3g}M | {job.steps(wl, data)} | {runs} | "
             f"{6 * work:.3g} | {need / 2**20:.0f} MiB | {fit or '1 (FSDP)'} | {took / 3600:.3g} h |"
         )
     kind = jax.devices()[0].device_kind

@@ -92,9 +92,9 @@ class Workload:
             starts = jax.random.randint(key, (self.batch,), 0, tokens.shape[0] - SEQ_LEN - 1)
             window = tokens[starts[:, None] + jnp.arange(SEQ_LEN + 1)[None, :]]  # (B, T + 1)
             return window[:, :-1], window[:, 1:]
-        i = jax.random.randint(key, (self.batch,), 0, data["train_x"].shape[0])
-        x = image.normalise(data["train_x"][i], data["mean"], data["std"])  # (B, H, W, C)
-        return x, data["train_y"][i]
+        picks = jax.random.randint(key, (self.batch,), 0, data["train_x"].shape[0])
+        x = image.normalise(data["train_x"][picks], data["mean"], data["std"])  # (B, H, W, C)
+        return x, data["train_y"][picks]
 
     def eval_loss(self, model, data: dict):
         sums = eval_sums(model, (data["eval_x"], data["eval_y"]))
@@ -138,15 +138,17 @@ def sized(spec: str) -> Workload:
             f"64), or one of {', '.join(PRESETS)}"
         )
     width, depth = int(shape[1]), int(shape[2])
-    name, batch = f"gpt-{width}x{depth}", max(width // 8, 8)
-    return Workload(name, "gpt", width, depth, batch, 300, 0.32 / width, width // 64)
+    name = f"gpt-{width}x{depth}"
+    batch = max(width // 8, 8)
+    return Workload(name, "gpt", width, depth, batch, steps=300, lr=0.32 / width, heads=width // 64)
 
 
 def ladder(kind: str, sizes: str | None) -> list[Workload]:
     """A kind's workloads, smallest first: WORKLOADS', or the GPTs of --sizes (comma-separated)."""
     if kind == "gpt" and sizes:
-        return sorted({sized(s) for s in sizes.split(",")}, key=lambda w: w.width**2 * w.depth)
-    return [w for w in WORKLOADS.values() if w.kind == kind]
+        gpts = {sized(size) for size in sizes.split(",")}
+        return sorted(gpts, key=lambda wl: wl.width**2 * wl.depth)
+    return [wl for wl in WORKLOADS.values() if wl.kind == kind]
 
 
 def load(kind: str, source: str | None, cache: pathlib.Path, progress: bool = True) -> Data:
@@ -159,10 +161,10 @@ def load(kind: str, source: str | None, cache: pathlib.Path, progress: bool = Tr
 
 def fingerprint(*parts) -> str:
     """A hash of the data's bytes: the text, or the arrays (numpy) in the order given."""
-    h = hashlib.sha256()
+    digest = hashlib.sha256()
     for part in parts:
-        h.update(part.encode() if isinstance(part, str) else np.ascontiguousarray(part))
-    return h.hexdigest()[:16]
+        digest.update(part.encode() if isinstance(part, str) else np.ascontiguousarray(part))
+    return digest.hexdigest()[:16]
 
 
 def _text(source, folder: pathlib.Path, progress):
@@ -170,36 +172,42 @@ def _text(source, folder: pathlib.Path, progress):
     # made once per content: reused from `folder` when the audit restarts, never for other text
     folder = folder / key
     folder.mkdir(parents=True, exist_ok=True)
-    tok = corpus.prepare_text(source, folder, VOCAB, None, 8 * SEQ_LEN + 1, progress)
-    dtype = text.token_dtype(tok.vocab_size)
-    train, val = (np.fromfile(folder / f, dtype).astype(np.int32) for f in ("train.bin", "val.bin"))
+    tokenizer = corpus.prepare_text(source, folder, VOCAB, None, 8 * SEQ_LEN + 1, progress)
+    dtype = text.token_dtype(tokenizer.vocab_size)
+    train, val = (
+        np.fromfile(folder / file, dtype).astype(np.int32) for file in ("train.bin", "val.bin")
+    )
     windows = min(EVAL_WINDOWS, (len(val) - 1) // SEQ_LEN)
     if windows < 1:
         raise UsageError(
             f"--data {source}: the held-out 5% has {len(val)} tokens, fewer than one window of "
             f"{SEQ_LEN + 1}; give more text"
         )
-    x = np.stack([val[i * SEQ_LEN : (i + 1) * SEQ_LEN + 1] for i in range(windows)])  # (E, T + 1)
+    # (E, T + 1)
+    held_out = np.stack([val[i * SEQ_LEN : (i + 1) * SEQ_LEN + 1] for i in range(windows)])
     return Data(
         {
             "train": jnp.asarray(train),
-            "eval_x": jnp.asarray(x[:, :-1]),
-            "eval_y": jnp.asarray(x[:, 1:]),
+            "eval_x": jnp.asarray(held_out[:, :-1]),
+            "eval_y": jnp.asarray(held_out[:, 1:]),
         },
-        tok.vocab_size,
+        tokenizer.vocab_size,
         key,
     )
 
 
 def _images(source):
-    d = fdata.load_images(source)
-    x, y = _arrays(d.train, d.pre)
-    if d.test is None:  # hold out the last 10% of a folder without test/
+    images = fdata.load_images(source)
+    x, y = _arrays(images.train, images.pre)
+    if images.test is None:  # hold out the last 10% of a folder without test/
         cut = len(x) * 9 // 10
         x, y, tx, ty = x[:cut], y[:cut], x[cut:], y[cut:]
     else:
-        tx, ty = _arrays(d.test, d.pre)
-    stats = {"mean": jnp.asarray(d.mean, jnp.float32), "std": jnp.asarray(d.std, jnp.float32)}
+        tx, ty = _arrays(images.test, images.pre)
+    stats = {
+        "mean": jnp.asarray(images.mean, jnp.float32),
+        "std": jnp.asarray(images.std, jnp.float32),
+    }
     return Data(
         {
             **stats,
@@ -208,8 +216,8 @@ def _images(source):
             "eval_y": jnp.asarray(ty[:EVAL_IMAGES]),
             "eval_x": image.normalise(jnp.asarray(tx[:EVAL_IMAGES]), **stats),
         },
-        d.classes,
-        fingerprint(x, y, tx, ty, d.mean, d.std),
+        images.classes,
+        fingerprint(x, y, tx, ty, images.mean, images.std),
     )
 
 
@@ -218,4 +226,5 @@ def _arrays(source, pre):
     if isinstance(source, fdata.Arrays):
         return source.arrays
     samples = [fdata.Compose(*pre)(source[i], None) for i in range(len(source))]
-    return np.stack([s[0] for s in samples]), np.asarray([s[1] for s in samples], np.int32)
+    images = np.stack([sample[0] for sample in samples])
+    return images, np.asarray([sample[1] for sample in samples], np.int32)
