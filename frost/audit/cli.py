@@ -24,7 +24,7 @@ def _names(text):
 
     # an empty name ("adamw,,lion", "lion,") is refused with the unknown ones
     names = text.split(",")
-    if any(n not in NAMES for n in names) or len(set(names)) < len(names):
+    if any(name not in NAMES for name in names) or len(set(names)) < len(names):
         return f"must be distinct names from {', '.join(NAMES)}, separated by commas"
 
 
@@ -95,10 +95,12 @@ class AuditConfig(Checked):
     def check(self):
         needs("matplotlib", "frost audit (its plots)", "'frost[plot]'")
         if self.reproduce is not None:  # OUT's config.json holds the other options
-            for f in dataclasses.fields(self):
-                given = getattr(self, f.name) != f.default
-                if given and f.name not in ("reproduce", "sample", "data"):
-                    raise UsageError(f"--reproduce: takes OUT's options from it; drop --{f.name}")
+            for field in dataclasses.fields(self):
+                given = getattr(self, field.name) != field.default
+                if given and field.name not in ("reproduce", "sample", "data"):
+                    raise UsageError(
+                        f"--reproduce: takes OUT's options from it; drop --{field.name}"
+                    )
         if self.max_seeds != 10 and self.seeds != "auto":
             raise UsageError(f"--max-seeds {self.max_seeds}: caps --seeds auto; give --seeds auto")
         if self.budget is not None and self.budget % 10:
@@ -138,7 +140,8 @@ class AuditConfig(Checked):
     @property
     def claims(self) -> dict:
         """{optimizer: claimed step speedup over tuned AdamW}."""
-        return {c.partition("=")[0]: float(c.partition("=")[2]) for c in self.claim}
+        pairs = [claim.partition("=") for claim in self.claim]
+        return {name: float(speedup) for name, _, speedup in pairs}
 
     @property
     def names(self) -> list[str]:
@@ -148,15 +151,15 @@ class AuditConfig(Checked):
 
 
 def add_commands(sub) -> None:
-    p = sub.add_parser(
+    parser = sub.add_parser(
         "audit",
         help="audit optimizers against a tuned AdamW (equal tuning, fresh seeds, CIs)",
         description="Tune every optimizer on the same grid, rerun the best on fresh seeds, and "
         "write report.md, results.json, runs/*.json and plots to --out. A restarted "
         "audit skips the runs already on disk.",
     )
-    add_options(p, [AuditConfig, config.Launch])
-    p.set_defaults(run=_audit)
+    add_options(parser, [AuditConfig, config.Launch])
+    parser.set_defaults(run=_audit)
 
 
 def _audit(args):

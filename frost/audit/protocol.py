@@ -159,11 +159,11 @@ def stable_fraction(runs) -> float:
 def best_by_lr(runs) -> dict:
     """{learning rate: the lowest final loss of its runs that did not diverge (nan if all did)},
     rates ascending: the best over the other hyper-parameters (the report's lr.png)."""
-    lrs = sorted({r["hyperparams"]["learning_rate"] for r in runs})
+    lrs = sorted({run["hyperparams"]["learning_rate"] for run in runs})
     losses = {lr: [] for lr in lrs}
-    for r in runs:
-        if not r["diverged"]:
-            losses[r["hyperparams"]["learning_rate"]].append(r["final_loss"])
+    for run in runs:
+        if not run["diverged"]:
+            losses[run["hyperparams"]["learning_rate"]].append(run["final_loss"])
     return {lr: min(finals, default=math.nan) for lr, finals in losses.items()}
 
 
@@ -181,7 +181,8 @@ def lr_range(runs, tolerance: float = TOLERANCE) -> float:
 
 def best_trial(runs):
     """The run with the lowest final loss among those that did not diverge (None if all did)."""
-    return min((r for r in runs if not r["diverged"]), key=lambda r: r["final_loss"], default=None)
+    finished = [run for run in runs if not run["diverged"]]
+    return min(finished, key=lambda run: run["final_loss"], default=None)
 
 
 class Interval(NamedTuple):

@@ -111,18 +111,18 @@ class Audit:
 
     def train(self, wl, data, name, runs, cost) -> list[dict]:
         """The results of `runs` (one optimizer): from disk, or trained N at a time and saved."""
-        n = self.per_batch
+        per_batch = self.per_batch
         head = {"workload": wl.name, "optimizer": name}
         for group in engine.groups(wl, data, name, runs):
-            for i in range(0, len(group.runs), n):
-                batch = group.runs[i : i + n]
+            for i in range(0, len(group.runs), per_batch):
+                batch = group.runs[i : i + per_batch]
                 # a full batch: one program per optimizer
-                pad = n - len(batch) if len(group.runs) > n else 0
+                pad = per_batch - len(batch) if len(group.runs) > per_batch else 0
                 work = sum(run.steps for run in batch) * cost
                 paths = [self.path(wl, data, name, run) for run in batch]
                 # each run's identity: workload, optimizer, hyperparams, seed, steps
                 heads = [{**head, **run._asdict()} for run in batch]
-                keys = [report.run_key(h) for h in heads]
+                keys = [report.run_key(identity) for identity in heads]
                 # --reproduce: the sample's runs in this batch, once (auto's rounds repeat it)
                 wanted = (
                     set(keys) & self.check - set(self.checked) if self.check is not None else None

@@ -32,7 +32,7 @@ class RunConfig(Checked):
         None,
         "anakin: jnp envs inside the compiled program; sebulba: host envs in actor "
         "processes (default: by --env)",
-        lambda m: None if m in (None, "anakin", "sebulba") else "choose anakin or sebulba",
+        lambda mode: None if mode in (None, "anakin", "sebulba") else "choose anakin or sebulba",
     )
     seeds: int = option(
         1, "seeds, numbered from --seed (anakin trains them in one program)", whole(1)
@@ -117,15 +117,15 @@ def add_commands(subparsers) -> None:
     parser.set_defaults(run=lambda args: parser.print_help())
     sub = parser.add_subparsers(metavar="ACTION")
     for algo in ("ppo", "dqn", "muzero"):
-        p = sub.add_parser(
+        train = sub.add_parser(
             algo,
             help=f"train {algo.upper()}; writes metrics.jsonl, results.json, returns.png, "
             f"checkpoint/ in --out",
         )
-        add_options(p, [RunConfig])
-        p.set_defaults(run=_train, algo=algo)
-    e = sub.add_parser(
+        add_options(train, [RunConfig])
+        train.set_defaults(run=_train, algo=algo)
+    evaluate = sub.add_parser(
         "eval", help="evaluate a run's checkpoint: mean return over 100 episodes per seed"
     )
-    e.add_argument("run_dir")
-    e.set_defaults(run=_eval)
+    evaluate.add_argument("run_dir")
+    evaluate.set_defaults(run=_eval)
