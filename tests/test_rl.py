@@ -472,6 +472,61 @@ def test_anakin_shards_seeds_over_devices():
     assert out.stdout.split() == ["2", "P('data',)", "[6,", "6,", "6,", "6]"]
 
 
+def on_two_cores(argv, timeout):
+    """Run `argv` pinned to (at most) two cores, so XLA's intra-op thread pool has two threads
+    whatever the machine, and give up after `timeout` seconds: a deadlock fails the test."""
+    import subprocess
+
+    cores = set(sorted(os.sched_getaffinity(0))[:2])
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    return subprocess.run(
+        argv,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        preexec_fn=lambda: os.sched_setaffinity(0, cores),
+    )
+
+
+def test_vmapped_networks_build_on_two_cores():
+    """Fifteen orthogonal layers built for three seeds at once, vmapped (each a batched QR, which
+    jaxlib 0.10's LAPACK kernels split over the thread pool and wait for): built without a
+    deadlock, and each seed's layers are those it builds alone, bit for bit."""
+    import sys
+
+    code = """if True:
+        import jax, jax.numpy as jnp, numpy as np
+        from frost import nn
+        from frost.rl.anakin import mlp
+        def init(key):
+            return [mlp((50,), 64, 64, nn.ReLU(), 1.0, key=k) for k in jax.random.split(key, 5)]
+        keys = jax.random.split(jax.random.key(0), 3)
+        together = jax.jit(jax.vmap(init))(keys)
+        for i in range(3):
+            alone = jax.jit(init)(keys[i])
+            for a, b in zip(jax.tree.leaves(together), jax.tree.leaves(alone)):
+                np.testing.assert_array_equal(a[i], b)
+        print("built")
+    """
+    out = on_two_cores([sys.executable, "-c", code], timeout=120)
+    assert out.returncode == 0 and out.stdout.split() == ["built"], out.stderr[-2000:]
+
+
+def test_cli_anakin_muzero_two_seeds_on_two_cores(tmp_path):
+    """`frost rl muzero --env catch --seeds 2` for one iteration: MuZero's five networks, built for
+    two seeds in one program, hung there (every thread of the pool waiting) before `orthogonal`
+    looped its QR."""
+    import sys
+
+    out = tmp_path / "run"
+    argv = ["muzero", "--env", "catch", "--seeds", "2", "--steps", "128", "--out", str(out)]
+    done = on_two_cores([sys.executable, "-m", "frost.cli", "rl", *argv], timeout=240)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = json.loads((out / "results.json").read_text())["seeds"]
+    assert [row["seed"] for row in rows] == [0, 1]
+
+
 def test_env_spec_is_parsed_once_and_names_what_is_allowed():
     assert tuple(envs.ENVS) == JNP_ENVS
     gym = EnvSpec.parse("gym:CartPole-v1")

@@ -40,11 +40,25 @@ class AgentConfig:
         return max(self.total_steps // (self.num_envs * self.num_steps), 1)
 
 
+@jax.custom_batching.sequential_vmap
+def _qr(a):
+    """jnp.linalg.qr of one matrix, and of a batch (under vmap) one matrix at a time.
+
+    jaxlib 0.10's CPU LAPACK kernels split a batch over XLA's intra-op thread pool and block the
+    pool thread that runs them until the pieces are done. A program that runs as many batched
+    factorisations at once as the pool has threads (one per core) deadlocks: every thread waits
+    for pieces queued behind it. Seeds vmapped over `init` batch every layer's QR, and MuZero's
+    five networks make fifteen, so `frost rl muzero --seeds 2` hung on 2 cores (jax 0.11 builds
+    the kernels without the split). Looped, each QR is one matrix; the numbers are the same.
+    """
+    return jnp.linalg.qr(a)
+
+
 def orthogonal(a, scale: float) -> jax.Array:
     """The orthogonal matrix of a's QR decomposition, signs fixed, times `scale` (Saxe et al. 2014;
     jax.nn.initializers.orthogonal given a's normal draws)."""
     wide = a.shape[0] < a.shape[1]
-    q, r = jnp.linalg.qr(a.T if wide else a)
+    q, r = _qr(a.T if wide else a)
     q = q * jnp.sign(jnp.diagonal(r))[None, :]
     return scale * (q.T if wide else q)
 
