@@ -48,8 +48,8 @@ def _qr(a):
     pool thread that runs them until the pieces are done. A program that runs as many batched
     factorisations at once as the pool has threads (one per core) deadlocks: every thread waits
     for pieces queued behind it. Seeds vmapped over `init` batch every layer's QR, and MuZero's
-    five networks make fifteen, so `frost rl muzero --seeds 2` hung on 2 cores (jax 0.11 builds
-    the kernels without the split). Looped, each QR is one matrix; the numbers are the same.
+    five networks make fifteen, so `frost rl muzero --seeds 2` hung on 2 cores (seen with jaxlib
+    0.10.2). Looped, each QR is one matrix; the numbers are the same.
     """
     return jnp.linalg.qr(a)
 
