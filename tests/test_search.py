@@ -4,6 +4,7 @@ compilation for many calls."""
 
 import itertools
 import math
+import re
 
 import jax
 import jax.numpy as jnp
@@ -170,7 +171,173 @@ def test_one_compilation_for_many_calls():
     assert len(traces) == 1 and policy._cache_size() == 1
 
 
-def test_a_wrong_mask_is_one_clear_error():
+# --- a root with every action invalid -------------------------------------------------------
+
+
+def all_invalid_at(rows, batch=4, actions=3):
+    """A (batch, actions) float mask, every action invalid at `rows`, action 1 invalid elsewhere."""
+    invalid = np.zeros((batch, actions), np.float32)
+    invalid[:, 1] = 1.0
+    invalid[list(rows)] = 1.0
+    return invalid
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("rows", [(1,), (0, 3)])
+def test_a_root_without_a_valid_action_is_searched_as_mctx(policy, rows):
+    """A traced mask cannot be refused: such a root visits action 0 in every simulation and
+    returns it, with weight 1.0 (MuZero) or uniform weights (Gumbel), as mctx's does; the other
+    roots are searched as ever."""
+    outs = []
+    for lib in (mctx, search):
+        root, recurrent_fn, _ = problem(lib, 4, 3, False)
+
+        def run(key, invalid, lib=lib, root=root, recurrent_fn=recurrent_fn):
+            return getattr(lib, policy)(None, key, root, recurrent_fn, 8, invalid)
+
+        with jax.numpy_dtype_promotion("standard"), jax.numpy_rank_promotion("allow"):
+            outs.append(jax.jit(run)(jax.random.key(1), jnp.asarray(all_invalid_at(rows))))
+    assert_equal(*outs)
+    ours = outs[1]
+    stuck = np.array(rows)
+    np.testing.assert_array_equal(np.asarray(ours.action)[stuck], 0)
+    np.testing.assert_array_equal(np.asarray(ours.search_tree.children_visits)[stuck, 0, 0], 8)
+    expected = [1.0, 0.0, 0.0] if policy == "muzero_policy" else [1 / 3] * 3
+    weights = np.asarray(ours.action_weights)[stuck]
+    np.testing.assert_allclose(weights, [expected] * len(rows), rtol=1e-6)
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize(
+    "rows, named", [((1,), "at root 1 (of B = 4)"), ((0, 3), "at roots 0, 3 (of B = 4)")]
+)
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "constant-under-jit"])
+def test_a_concrete_mask_without_a_valid_action_is_refused(policy, rows, named, jit):
+    """A concrete mask, eager or a constant of a jitted function, is looked at: a root with every
+    action invalid is refused in one line naming it."""
     root, recurrent_fn, _ = problem(search, 4, 3, False)
-    with pytest.raises(ValueError, match=r"invalid_actions has shape \(4, 2\)"):
-        search.muzero_policy(None, jax.random.key(0), root, recurrent_fn, 4, jnp.zeros((4, 2)))
+    invalid = all_invalid_at(rows)
+
+    def run(key):
+        return getattr(search, policy)(None, key, root, recurrent_fn, 4, invalid)
+
+    with pytest.raises(ValueError, match=f"every action is invalid {re.escape(named)}") as err:
+        (jax.jit(run) if jit else run)(jax.random.key(0))
+    assert "action 0" in str(err.value) and "\n" not in str(err.value)
+
+
+# --- shapes, checked when the search is traced ------------------------------------------------
+
+
+def step_changed(recurrent_fn, change):
+    """recurrent_fn with `change(out, embedding) -> result` applied to what it returns."""
+
+    def changed(params, key, action, embedding):
+        return change(*recurrent_fn(params, key, action, embedding))
+
+    return changed
+
+
+ROOT_MISTAKES = {  # root -> a wrong root: the message expected
+    "value (B+1,)": (
+        lambda root: root._replace(value=jnp.zeros(5)),
+        "RootFnOutput.value has shape (5,); expected (4,)",
+    ),
+    "value (B, 1)": (
+        lambda root: root._replace(value=root.value[:, None]),
+        "RootFnOutput.value has shape (4, 1); expected (4,)",
+    ),
+    "prior_logits rank 1": (
+        lambda root: root._replace(prior_logits=root.prior_logits[0]),
+        "RootFnOutput.prior_logits has shape (3,); expected (B, A)",
+    ),
+    "an embedding leaf of another batch": (
+        lambda root: root._replace(embedding={"h": root.embedding, "d": jnp.zeros(2)}),
+        "RootFnOutput.embedding['d'] has shape (2,); expected (4, ...)",
+    ),
+}
+STEP_MISTAKES = {  # recurrent_fn's (out, embedding) -> a wrong result: the message expected
+    "value (B, 1)": (
+        lambda out, h: (out._replace(value=out.value[:, None]), h),
+        "recurrent_fn's RecurrentFnOutput.value has shape (4, 1); expected (4,)",
+    ),
+    "a scalar discount": (
+        lambda out, h: (out._replace(discount=jnp.float32(0.9)), h),
+        "recurrent_fn's RecurrentFnOutput.discount has shape (); expected (4,)",
+    ),
+    "reward (B+1,)": (
+        lambda out, h: (out._replace(reward=jnp.zeros(5)), h),
+        "recurrent_fn's RecurrentFnOutput.reward has shape (5,); expected (4,)",
+    ),
+    "prior_logits of A - 1 actions": (
+        lambda out, h: (out._replace(prior_logits=out.prior_logits[:, :2]), h),
+        "recurrent_fn's RecurrentFnOutput.prior_logits has shape (4, 2); expected (4, 3)",
+    ),
+    "an embedding of another shape": (
+        lambda out, h: (out, h[:, :3]),
+        "recurrent_fn's new embedding has shape (4, 3); expected (4, 7)",
+    ),
+    "an embedding of another structure": (
+        lambda out, h: (out, {"h": h}),
+        "recurrent_fn's new embedding is PyTreeDef({'h': *}); expected the structure",
+    ),
+    "three results": (
+        lambda out, h: (out, h, h),
+        "recurrent_fn returned a tuple of length 3; expected a pair (RecurrentFnOutput, new",
+    ),
+    "the output alone": (
+        lambda out, h: out,
+        "recurrent_fn returned a RecurrentFnOutput of length 4; expected a pair",
+    ),
+    "a plain tuple for the output": (
+        lambda out, h: (tuple(out), h),
+        "recurrent_fn's first result is a tuple; expected a RecurrentFnOutput(reward,",
+    ),
+}
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+@pytest.mark.parametrize("mistake", [*ROOT_MISTAKES, *[f"step: {m}" for m in STEP_MISTAKES]])
+def test_a_wrong_shape_is_one_line_naming_the_field(policy, jit, mistake):
+    """Each field of the root and of recurrent_fn's result, at the wrong shape or structure: a
+    ValueError of one line naming the field, the shape expected and the one received, raised
+    when the search is traced (under jit too), as mctx's chex assertions do."""
+    root, recurrent_fn, _ = problem(search, 4, 3, False)
+    if mistake in ROOT_MISTAKES:
+        change, message = ROOT_MISTAKES[mistake]
+        root = change(root)
+    else:
+        change, message = STEP_MISTAKES[mistake.removeprefix("step: ")]
+        recurrent_fn = step_changed(recurrent_fn, change)
+
+    def run(key):
+        return getattr(search, policy)(None, key, root, recurrent_fn, 4)
+
+    with pytest.raises(ValueError, match=re.escape(message)) as err:
+        (jax.jit(run) if jit else run)(jax.random.key(0))
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("shape", [(4, 2), (3,), (1, 4, 3)])
+def test_a_wrong_mask_is_one_clear_error(shape):
+    root, recurrent_fn, _ = problem(search, 4, 3, False)
+    traced = jax.jit(
+        lambda key, invalid: search.muzero_policy(None, key, root, recurrent_fn, 4, invalid)
+    )
+    message = re.escape(f"invalid_actions has shape {shape}; expected (4, 3)")
+    with pytest.raises(ValueError, match=message):
+        search.muzero_policy(None, jax.random.key(0), root, recurrent_fn, 4, jnp.zeros(shape))
+    with pytest.raises(ValueError, match=message):
+        traced(jax.random.key(0), jnp.zeros(shape))
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_the_checks_leave_nothing_in_the_compiled_search(policy):
+    """The checks run in Python while tracing, not in the program: it holds no host callback."""
+    root, recurrent_fn, invalid = problem(search, 4, 3, True)
+
+    def run(key, root, invalid):
+        return getattr(search, policy)(None, key, root, recurrent_fn, 4, invalid)
+
+    assert "callback" not in jax.jit(run).lower(jax.random.key(0), root, invalid).as_text()

@@ -28,7 +28,29 @@ Two markers, as mctx's `Tree.NO_PARENT` and `Tree.UNVISITED`, both -1: `NO_PAREN
 child index of an action not yet expanded.
 
 A discount of 0 ends an episode inside the tree: no value flows back past it. Invalid actions
-(`invalid_actions` (B, A), 1 = invalid) are masked at the root, as in mctx.
+(`invalid_actions` (B, A), 1 = invalid) are masked at the root, as in mctx. A root whose actions
+are all invalid (a terminal state) has no valid answer: the search then visits action 0 in every
+simulation and returns it, as mctx 0.0.71 does, MuZero's with weight 1.0 on it, Gumbel MuZero's
+with uniform weights over the invalid actions. A concrete mask (a NumPy or JAX array, a constant
+under jit too) with such a row is refused, naming the row. A traced mask (an argument of a jitted
+function) cannot be refused when traced; where such roots can happen, check for them with
+checkify:
+
+```python
+from jax.experimental import checkify
+
+def act(key, root, invalid):  # invalid (B, A)
+    checkify.check(jnp.any(invalid == 0, axis=-1).all(), "a root has no valid action")
+    return gumbel_muzero_policy(params, key, root, recurrent_fn, 8, invalid)
+
+error, out = jax.jit(checkify.checkify(act))(key, root, invalid)
+error.throw()  # JaxRuntimeError: a root has no valid action (`check` failed)
+```
+
+The shapes of `root`'s fields, of `invalid_actions` and of what `recurrent_fn` returns (and the
+structure of its new embedding) are checked when the search is traced, as mctx's chex assertions
+check them: they are static, so the compiled search pays nothing. A wrong one is a ValueError of
+one line naming the field, the shape expected and the shape received.
 """
 
 import math
@@ -37,6 +59,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from frost.tree import PyTree
@@ -199,16 +222,91 @@ def _mask_invalid(logits, invalid):
     return jnp.where(invalid > 0, jnp.finfo(logits.dtype).min, logits)
 
 
+# ---------------------------------------------------------------------------------------------
+# Checks of what the caller passes, at trace time: shapes are static, so a compiled search pays
+# nothing for them (mctx checks the same shapes with chex's assertions)
+
+
+def _check_shape(name: str, x, expected: tuple, meaning: str) -> None:
+    """Refuse `x` unless its shape is `expected`, in one line naming the field."""
+    shape = jnp.shape(x)
+    if shape != expected:
+        raise ValueError(f"{name} has shape {shape}; expected {expected}, {meaning}")
+
+
+def _check_root(root: RootFnOutput) -> None:
+    """prior_logits (B, A), value (B,) and every embedding leaf (B, ...)."""
+    logits_shape = jnp.shape(root.prior_logits)
+    if len(logits_shape) != 2:
+        raise ValueError(
+            f"RootFnOutput.prior_logits has shape {logits_shape}; expected (B, A), B roots by A "
+            "actions"
+        )
+    batch = logits_shape[0]
+    roots = f"one per root (B = {batch}, as prior_logits {logits_shape})"
+    _check_shape("RootFnOutput.value", root.value, (batch,), roots)
+    for path, leaf in jax.tree_util.tree_flatten_with_path(root.embedding)[0]:
+        shape = jnp.shape(leaf)
+        if shape[:1] != (batch,):
+            name = f"RootFnOutput.embedding{jax.tree_util.keystr(path)}"
+            raise ValueError(f"{name} has shape {shape}; expected ({batch}, ...), {roots}")
+
+
+def _check_step(result, embedding: PyTree, batch: int, actions: int) -> None:
+    """recurrent_fn's result: (RecurrentFnOutput, new embedding), its fields (B,) and (B, A), the
+    new embedding of the structure and shapes of the `embedding` (B, ...) it was given."""
+    if not (isinstance(result, tuple) and len(result) == 2):
+        got = type(result).__name__
+        if isinstance(result, tuple):
+            got = f"{got} of length {len(result)}"
+        raise ValueError(
+            f"recurrent_fn returned a {got}; expected a pair (RecurrentFnOutput, new embedding)"
+        )
+    out, new_embedding = result
+    if not all(hasattr(out, field) for field in RecurrentFnOutput._fields):
+        raise ValueError(
+            f"recurrent_fn's first result is a {type(out).__name__}; expected a "
+            "RecurrentFnOutput(reward, discount, prior_logits, value)"
+        )
+    nodes = f"one per node (B = {batch})"
+    for field in ("reward", "discount", "value"):
+        _check_shape(
+            f"recurrent_fn's RecurrentFnOutput.{field}", getattr(out, field), (batch,), nodes
+        )
+    _check_shape(
+        "recurrent_fn's RecurrentFnOutput.prior_logits",
+        out.prior_logits,
+        (batch, actions),
+        f"(B, A): {nodes}, A = {actions} actions",
+    )
+    given = jax.tree.structure(embedding)
+    if jax.tree.structure(new_embedding) != given:
+        raise ValueError(
+            f"recurrent_fn's new embedding is {jax.tree.structure(new_embedding)}; expected the "
+            f"structure of the embedding it was given, {given}"
+        )
+    paths = jax.tree_util.tree_flatten_with_path(new_embedding)[0]
+    for (path, new), old in zip(paths, jax.tree.leaves(embedding)):
+        name = f"recurrent_fn's new embedding{jax.tree_util.keystr(path)}"
+        _check_shape(name, new, old.shape, "the shape of the embedding it was given")
+
+
 def _as_mask(invalid, root: RootFnOutput):
-    """invalid_actions (B, A) of any dtype as root's float dtype (None stays None)."""
+    """invalid_actions (B, A) of any dtype as root's float dtype (None stays None), checked: its
+    shape, and, where it is concrete (not traced), that every root has a valid action."""
     if invalid is None:
         return None
-    invalid = jnp.asarray(invalid)
-    if invalid.shape != root.prior_logits.shape:
-        raise ValueError(
-            f"invalid_actions has shape {invalid.shape}, prior_logits {root.prior_logits.shape}"
-        )
-    return invalid.astype(root.prior_logits.dtype)
+    _check_shape("invalid_actions", invalid, root.prior_logits.shape, "as prior_logits (B, A)")
+    if not isinstance(invalid, jax.core.Tracer):  # concrete (a constant under jit too): one look
+        (stuck,) = np.nonzero(np.all(np.asarray(invalid) > 0, axis=-1))
+        if stuck.size:
+            roots = "root " if stuck.size == 1 else "roots "
+            raise ValueError(
+                f"invalid_actions: every action is invalid at {roots}"
+                f"{', '.join(map(str, stuck))} (of B = {len(invalid)}), where the search would "
+                "return action 0, as mctx's; give every root a valid action"
+            )
+    return jnp.asarray(invalid).astype(root.prior_logits.dtype)
 
 
 def _log(probs):
@@ -434,7 +532,9 @@ def _expand(params, key, tree: Tree, recurrent_fn, walk: _Walk, new_node):
     action = walk.action
     leaf = jnp.where(walk.next_node == UNVISITED, new_node, walk.next_node)
     embedding = jax.tree.map(lambda x: _row(x, parent), tree.embeddings)
-    out, embedding = recurrent_fn(params, key, action, embedding)
+    result = recurrent_fn(params, key, action, embedding)
+    _check_step(result, embedding, batch_range.shape[0], tree.children_prior_logits.shape[-1])
+    out, embedding = result
     tree = _set_node(tree, leaf, out.prior_logits, out.value, embedding)
     tree = tree._replace(
         children_index=tree.children_index.at[batch_range, parent, action].set(leaf),
@@ -540,7 +640,10 @@ def muzero_policy(
             new embedding (B, ...))`, the learned model: one step from each of B nodes.
         num_simulations: the simulations, at least 1; each expands one node of every tree.
         invalid_actions: (B, A), 1 where an action is invalid at the root, 0 where it is valid
-            (any dtype); None: all valid.
+            (any dtype); None: all valid. Every root needs a valid action: where all are
+            invalid, the search returns action 0 with weight 1.0, as mctx's. A concrete mask
+            with such a row is refused; a traced one is not checked (the module docstring shows
+            a checkify check).
         max_depth: the deepest a simulation walks; None: num_simulations.
         dirichlet_fraction: f, the weight of the Dirichlet noise in the root prior.
         dirichlet_alpha: alpha, the Dirichlet noise's concentration.
@@ -552,7 +655,13 @@ def muzero_policy(
     Returns:
         A `PolicyOutput`: action (B,) int32, action_weights (B, A) the visit distribution at the
         root, and the search tree.
+
+    Raises:
+        ValueError: a field of `root`, `invalid_actions` or `recurrent_fn`'s result of the wrong
+            shape or structure (when traced); a concrete `invalid_actions` with a root whose
+            actions are all invalid; num_simulations < 1.
     """
+    _check_root(root)
     invalid_actions = _as_mask(invalid_actions, root)
     key, noise_key, search_key = jax.random.split(rng_key, 3)
     batch, actions = root.prior_logits.shape
@@ -599,7 +708,10 @@ def gumbel_muzero_policy(
             new embedding (B, ...))`, the learned model: one step from each of B nodes.
         num_simulations: the simulations, at least 1; each expands one node of every tree.
         invalid_actions: (B, A), 1 where an action is invalid at the root, 0 where it is valid
-            (any dtype); None: all valid.
+            (any dtype); None: all valid. Every root needs a valid action: where all are
+            invalid, the search returns action 0 and uniform weights over the invalid actions,
+            as mctx's. A concrete mask with such a row is refused; a traced one is not checked
+            (the module docstring shows a checkify check).
         max_depth: the deepest a simulation walks; None: num_simulations.
         max_num_considered_actions: m, the actions sampled at the root.
         gumbel_scale: the Gumbel noise's scale; 0 makes the search deterministic (greedy
@@ -608,7 +720,13 @@ def gumbel_muzero_policy(
     Returns:
         A `PolicyOutput`: action (B,) int32, action_weights (B, A) the improved policy pi', and
         the search tree (its `extra_data` the root's Gumbel noise (B, A)).
+
+    Raises:
+        ValueError: a field of `root`, `invalid_actions` or `recurrent_fn`'s result of the wrong
+            shape or structure (when traced); a concrete `invalid_actions` with a root whose
+            actions are all invalid; num_simulations < 1.
     """
+    _check_root(root)
     invalid_actions = _as_mask(invalid_actions, root)
     logits = _mask_invalid(root.prior_logits, invalid_actions)
     root = root._replace(prior_logits=logits)
