@@ -289,7 +289,9 @@ def _train(job, cfg, run_dir, progress) -> dict:
     scaled = optim.find_states(state.opt_state, optim.scaling.ScaledState)
     result = {f"{job.eval_name}_{k}": v for k, v in final.items()}  # test_accuracy, ...
     result.update(steps=state.step, skipped=state.skipped, seconds=seconds)
-    result.update(state.speed or {})  # tokens_per_s, flops_per_token, mfu
+    # tokens_per_s, flops_per_token, mfu: of this invocation's training (none when a resumed run
+    # had nothing left to train)
+    result.update(state.speed or {f"{job.unit}_per_s": 0.0})
     result.update(job.finish(cfg, run_dir, state, data))
     if scaled:
         result["overflow_skipped"] = int(scaled[0].scale.skipped)
