@@ -136,6 +136,8 @@ CASES += [
     (G + ["--token-cache", "/proc/frost/tokens"], "cannot write in /proc"),
     (R + ["--out", "A_FILE"], "a_file': is a file, not a folder"),
     (R + ["--out", "UNDER_FILE"], "a_file is a file, not a folder"),
+    (["rl", "muzero", "--out", "A_FILE"], "a_file': is a file, not a folder"),
+    (["rl", "ppo", "--out", "UNDER_FILE"], "a_file is a file, not a folder"),
     (T + ["-o", "UNDER_FILE"], "a_file is a file, not a folder"),
     (T + ["-o", "OUT", "--hf", "/proc/frost/tok.json"], "there is no folder /proc/frost"),
     (T + ["-o", "NO_FOLDER"], "nowhere/tok.json': there is no folder"),

@@ -11,7 +11,17 @@ mistake is answered at once); the job is frost.rl.run.
 import dataclasses
 import pathlib
 
-from frost.config import Checked, UsageError, add_options, from_args, needs, option, optional, whole
+from frost.config import (
+    Checked,
+    UsageError,
+    add_options,
+    from_args,
+    needs,
+    option,
+    optional,
+    output_folder,
+    whole,
+)
 from frost.rl.spec import JNP_ENVS, EnvSpec
 
 
@@ -45,7 +55,9 @@ class RunConfig(Checked):
     deterministic: bool = option(
         False, "sebulba: Cleanba's fixed order, losses independent of timing and actors"
     )
-    out: str | None = option(None, "run directory, new or empty (default runs/rl-ALGO-ENV)")
+    out: str | None = option(
+        None, "run directory, new or empty (default runs/rl-ALGO-ENV)", optional(output_folder)
+    )
 
     def check(self):
         host = EnvSpec.parse(self.env).host
