@@ -1,6 +1,6 @@
-"""frost.rl: jnp environments step for step beside gymnasium, MinAtar and bsuite's Catch; PPO and
-DQN pieces against hand-computed values; Anakin and Sebulba runs through the CLI; Sebulba's
-determinism across actor counts and its error paths."""
+"""frost.rl: jnp environments step for step beside gymnasium and bsuite's Catch (MinAtar's games
+are in tests/test_minatar.py); PPO and DQN pieces against hand-computed values; Anakin and
+Sebulba runs through the CLI; Sebulba's determinism across actor counts and its error paths."""
 
 import argparse
 import functools
@@ -16,7 +16,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from minatar.environments import breakout as minatar_breakout
 
 from frost.config import UsageError
 from frost.data import WorkerError
@@ -137,43 +136,6 @@ def test_catch_steps_as_bsuite():
         if not done and t + 1 < len(actions):
             np.testing.assert_array_equal(ref_obs, obs[t + 1], err_msg=f"step {t}")
     assert set(np.unique(rewards[dones])) == {-1.0, 1.0}
-
-
-def test_breakout_steps_as_minatar():
-    """MinAtar's own Breakout (sticky actions off; actions no-op, left, right = MinAtar's 0, 1, 3):
-    the same observation, reward and termination every step, for a ball-following policy (long
-    episodes: all bricks cleared and refilled, strikes in a row) and for random actions."""
-    env = envs.make("breakout")
-
-    def policy(s, key):
-        k_eps, k_a = jax.random.split(key)
-        aim = s.ball_x + jnp.array([-1, 1, 1, -1])[s.ball_dir]  # the ball's next column
-        follow = jnp.where(aim < s.paddle, 1, jnp.where(aim > s.paddle, 2, 0)).astype(jnp.int32)
-        random = jax.random.randint(k_a, (), 0, 3, jnp.int32)
-        return jnp.where(jax.random.uniform(k_eps) < 0.05, random, follow)
-
-    follow = play(env, jax.random.key(4), 4000, policy)
-    rand = play(env, jax.random.key(5), 2000, lambda s, k: jax.random.randint(k, (), 0, 3))
-    observe = jax.jit(jax.vmap(env.observe))
-    ref = minatar_breakout.Env()
-    for states, actions, rewards, dones, _ in (follow, rand):
-        seen, got = [], []  # MinAtar's observation before each step, and its (reward, done)
-        for t in range(len(actions)):
-            if t == 0 or dones[t - 1]:
-                ref.reset()
-                ref.ball_x, ref.ball_dir, ref.last_x = (
-                    int(states.ball_x[t]),
-                    int(states.ball_dir[t]),
-                    int(states.last_x[t]),
-                )
-            seen.append(ref.state())
-            got.append(ref.act((0, 1, 3)[int(actions[t])]))
-        np.testing.assert_array_equal(np.array(seen), np.asarray(observe(states)))
-        np.testing.assert_array_equal(np.array(got), np.stack([rewards, dones], 1))
-    episodes = np.split(follow[2], np.flatnonzero(follow[3]) + 1)
-    # an episode cleared all 30 bricks, so they were refilled
-    assert max(e.sum() for e in episodes) > 30
-    assert rand[3].sum() > 100
 
 
 # --- loss pieces by hand ------------------------------------------------------------------------
@@ -311,7 +273,17 @@ def test_cli_anakin_muzero_learns_catch(tmp_path, capsys):
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["ppo", "--env", "pong"], "--env 'pong': choose cartpole, catch, breakout or gym:ID"),
+        (
+            ["ppo", "--env", "pong"],
+            "--env 'pong': choose cartpole, catch, breakout, asterix, freeway, seaquest, "
+            "space_invaders or gym:ID",
+        ),
+        (
+            ["ppo", "--env", "cartpole", "--sticky", "0.1"],
+            "--sticky 0.1: only MinAtar's games (breakout, asterix, freeway, seaquest, "
+            "space_invaders) have sticky actions",
+        ),
+        (["ppo", "--env", "breakout", "--sticky", "1"], "--sticky 1.0: must be >= 0 and < 1"),
         (["ppo", "--env", "gym:NoSuchEnv-v9"], "gymnasium cannot make 'NoSuchEnv-v9'"),
         (["ppo", "--env", "gym:Pendulum-v1"], "PPO here needs discrete actions, not Box"),
         (
@@ -472,29 +444,23 @@ def test_anakin_shards_seeds_over_devices():
     assert out.stdout.split() == ["2", "P('data',)", "[6,", "6,", "6,", "6]"]
 
 
-def on_two_cores(argv, timeout):
-    """Run `argv` pinned to (at most) two cores, so XLA's intra-op thread pool has two threads
-    whatever the machine, and give up after `timeout` seconds: a deadlock fails the test."""
+def on_two_cores(code, *args, timeout):
+    """Run Python `code` (with `args` as sys.argv[1:]) in a fresh interpreter pinned to (at most)
+    two cores before JAX starts, so XLA's intra-op thread pool has two threads whatever the
+    machine; give up after `timeout` seconds, so a deadlock fails the test instead of hanging."""
     import subprocess
+    import sys
 
-    cores = set(sorted(os.sched_getaffinity(0))[:2])
+    pin = "import os; os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:2])\n"
     env = dict(os.environ, JAX_PLATFORMS="cpu")
-    return subprocess.run(
-        argv,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        preexec_fn=lambda: os.sched_setaffinity(0, cores),
-    )
+    argv = [sys.executable, "-c", pin + code, *args]
+    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def test_vmapped_networks_build_on_two_cores():
     """Fifteen orthogonal layers built for three seeds at once, vmapped (each a batched QR, which
     jaxlib 0.10's LAPACK kernels split over the thread pool and wait for): built without a
     deadlock, and each seed's layers are those it builds alone, bit for bit."""
-    import sys
-
     code = """if True:
         import jax, jax.numpy as jnp, numpy as np
         from frost import nn
@@ -509,7 +475,7 @@ def test_vmapped_networks_build_on_two_cores():
                 np.testing.assert_array_equal(a[i], b)
         print("built")
     """
-    out = on_two_cores([sys.executable, "-c", code], timeout=120)
+    out = on_two_cores(code, timeout=120)
     assert out.returncode == 0 and out.stdout.split() == ["built"], out.stderr[-2000:]
 
 
@@ -517,18 +483,17 @@ def test_cli_anakin_muzero_two_seeds_on_two_cores(tmp_path):
     """`frost rl muzero --env catch --seeds 2` for one iteration: MuZero's five networks, built for
     two seeds in one program, hung there (every thread of the pool waiting) before `orthogonal`
     looped its QR."""
-    import sys
-
     out = tmp_path / "run"
     argv = ["muzero", "--env", "catch", "--seeds", "2", "--steps", "128", "--out", str(out)]
-    done = on_two_cores([sys.executable, "-m", "frost.cli", "rl", *argv], timeout=240)
+    code = "import sys; from frost.cli import main; sys.exit(main(sys.argv[1:]))"
+    done = on_two_cores(code, "rl", *argv, timeout=240)
     assert done.returncode == 0, done.stderr[-2000:]
     rows = json.loads((out / "results.json").read_text())["seeds"]
     assert [row["seed"] for row in rows] == [0, 1]
 
 
 def test_env_spec_is_parsed_once_and_names_what_is_allowed():
-    assert tuple(envs.ENVS) == JNP_ENVS
+    assert (*envs.ENVS, *envs.MINATAR) == JNP_ENVS
     gym = EnvSpec.parse("gym:CartPole-v1")
     assert gym.host and gym.preset == "gym" and gym.signature() == ((4,), 2)
     assert EnvSpec.parse("catch").signature() == (tuple(envs.make("catch").observation_shape), 3)

@@ -67,7 +67,8 @@ def loss(model, target, batch: Transition, cfg: Config) -> tuple[jax.Array, dict
     diverged, to 1e5 in 100k steps.)"""
     q = model(batch.obs)  # (N, A)
     q_taken = jnp.take_along_axis(q, batch.action[:, None], 1)[:, 0]
-    q_next_online, q_next_target = model(batch.next_obs), target(batch.next_obs)  # (N, A) each
+    q_next_online = model(batch.next_obs)  # (N, A): the learning network's, for double Q
+    q_next_target = target(batch.next_obs)  # (N, A): the target network's
     y = targets(q_next_online, q_next_target, batch.reward, batch.done, cfg.gamma, cfg.double)
     mse = 0.5 * ((q_taken - jax.lax.stop_gradient(y)) ** 2).mean()
     return mse, {"loss": mse, "q": q_taken.mean()}
