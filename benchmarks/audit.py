@@ -112,6 +112,7 @@ def compare_train(trains: int = 3) -> list[str]:
     train = ["train", "gpt", "--dim", str(wl.width), "--depth", str(wl.depth), "--heads", "2"]
     train += ["--seq-len", str(workloads.SEQ_LEN), "--vocab-size", str(workloads.VOCAB)]
     train += ["--batch-size", str(wl.batch), "--max-steps", "100", "--lr", str(wl.lr)]
+    train += ["--eval-every", "100"]  # one evaluation, at the end, as the audit's run has
     train += ["--token-cache", str(root / "tokens")]
     times = [
         command([*train, "--seed", str(i), "--out", str(root / f"train{i}")], root / "train-cache")
