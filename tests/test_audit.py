@@ -6,6 +6,7 @@ import json
 import math
 import os
 import pathlib
+import random
 import re
 import shutil
 import socket
@@ -321,6 +322,104 @@ def test_a_restarted_audit_skips_finished_runs_and_reproduces_the_report(
     assert adamw_losses(out) == adamw_losses(audited)  # the uninterrupted audit's numbers
 
 
+BROKEN = {  # a run file's bytes -> what is wrong with them
+    "garbage": lambda text: "{garbage",
+    "cut": lambda text: text[: len(text) // 2],
+    "not UTF-8": lambda text: "\udcff",  # (written with surrogateescape: the byte 0xff)
+    "a list": lambda text: "[1, 2]",
+    "a key missing": lambda text: json.dumps(
+        {k: v for k, v in json.loads(text).items() if k != "final_loss"}
+    ),
+    "a wrong type": lambda text: json.dumps({**json.loads(text), "final_loss": "low"}),
+    "another run's": lambda text: json.dumps({**json.loads(text), "seed": 7}),
+}
+
+
+def test_a_broken_run_file_is_named_and_its_run_trained_again(
+    audited, tmp_path, capsys, monkeypatch
+):
+    """A restarted audit whose run files include broken ones (not JSON, cut short, not UTF-8, a
+    JSON list, a field missing or of the wrong type, another run's record): each is named in a
+    line on stderr and its batch trained again; every other run file is kept byte for byte, and
+    the results are the finished audit's (but the seconds). A run file that cannot be read (a
+    folder in its place) is refused in one line."""
+    out = tmp_path / "broken"
+    shutil.copytree(audited, out)
+    files = sorted((out / "runs").glob("*.json"))
+    before = {p: p.read_bytes() for p in files}
+    broken = dict(zip(files[::4], BROKEN.values()))  # 7 files, of several batches
+    for path, breaks in broken.items():
+        path.write_text(breaks(path.read_text()), errors="surrogateescape")
+    trained = []
+    monkeypatch.setattr(
+        engine,
+        "run_group",
+        lambda *a, _run=engine.run_group, **k: trained.append(a[3]) or _run(*a, **k),
+    )
+    argv = [*SMALL, "--optimizers", "adamw,lion", "--optimizer", "optax:adamw", "--out", str(out)]
+    with jax.numpy_dtype_promotion("standard"):  # optax:adamw, as in `audited`
+        assert cli(["audit", *argv]) == 0
+    err = capsys.readouterr().err.replace("\r", "\n").splitlines()
+    for path in broken:
+        (line,) = [line for line in err if line.startswith(f"{path}: ")]
+        assert "not a run record: " in line and line.endswith("; training its run again")
+    assert len(trained) <= len(broken) and sum(len(g.runs) for g in trained) <= 3 * len(broken)
+    assert all(p.read_bytes() == data for p, data in before.items() if p not in broken)
+
+    def without_seconds(folder):
+        saved = json.loads((folder / "results.json").read_text())
+        return [{k: v for k, v in r.items() if k != "seconds"} for r in saved["runs"]]
+
+    assert without_seconds(out) == without_seconds(audited)
+    for path in broken:  # a record again: the original one, but its seconds
+        assert {**json.loads(path.read_text()), "seconds": 0} == {
+            **json.loads(before[path]),
+            "seconds": 0,
+        }
+    folder = files[1]  # a folder where a run file is: refused, and nothing trained
+    folder.unlink()
+    folder.mkdir()
+    trained.clear()
+    with jax.numpy_dtype_promotion("standard"):
+        assert cli(["audit", *argv]) == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line == f"frost: error: {folder}: cannot read it (Is a directory); remove it and rerun"
+    assert not trained
+
+
+def test_reproduce_checks_the_run_files_it_samples(audited, tmp_path, capsys):
+    """`--reproduce` checks each sampled run's file as well as retraining the run: a file
+    missing, broken, or disagreeing with results.json is named on the run's line, and the exit is
+    1; the runs themselves still reproduce bit for bit."""
+    out = tmp_path / "checked"
+    shutil.copytree(audited, out)
+    records = json.loads((out / "results.json").read_text())["runs"]
+    keys = sorted(report.run_key(r) for r in records)
+    sample = sorted(random.Random(0).sample(keys, 5))  # as --reproduce draws it, in its order
+    files = {report.run_key(json.loads(p.read_text())): p for p in (out / "runs").glob("*.json")}
+    paths = [files[key] for key in sample]
+    paths[0].unlink()
+    paths[1].write_text("{garbage")
+    paths[2].write_text(BROKEN["a key missing"](paths[2].read_text()))
+    paths[3].write_text(json.dumps({**json.loads(paths[3].read_text()), "diverged_step": 3}))
+    with jax.numpy_dtype_promotion("standard"):  # optax:adamw, as in `audited`
+        assert cli(["audit", "--reproduce", str(out)]) == 1
+    captured = capsys.readouterr()
+    lines = captured.out.splitlines()
+    assert sum(": matches bit for bit" in line for line in lines) == 5
+    assert [line.split("; its run file ")[1] for line in lines if "; its run file " in line] == [
+        f"{paths[0]}: missing",
+        f"{paths[1]}: not a run record: not JSON (Expecting property name enclosed in double "
+        "quotes: line 1 column 2 (char 1))",
+        f"{paths[2]}: not a run record: no 'final_loss'",
+        f"{paths[3]}: disagrees with results.json (diverged_step 3 here, None there)",
+    ]
+    assert captured.err.splitlines()[-1] == (  # (after the progress bar)
+        f"frost: error: --reproduce {out}: 4 of 5 run files are missing, not a run's record, or "
+        "disagree with results.json"
+    )
+
+
 def adamw_losses(folder):
     return {
         (r["hyperparams"]["learning_rate"], r["seed"], r["steps"]): r["final_loss"]
@@ -359,16 +458,16 @@ def test_two_processes_share_the_runs_and_process_0_writes_the_report(audited, t
 
 
 MESH_JOB = """
-import json, pathlib, sys
+import contextlib, io, json, pathlib, sys
 import jax
 from frost.audit import engine
 from frost.cli import main
 out = pathlib.Path(sys.argv[1])
-argv = ["audit", "--workload", "image", "--quick", "--budget", "20", "--optimizers", "adamw"]
+argv = ["audit", "--workload", "image", "--quick", "--optimizers", "adamw"]
 assert main([*argv, "--out", str(out / "one")]) == 0
 assert main([*argv, "--mesh", "runs=8", "--out", str(out / "eight")]) == 0
-placed = [p.input_shardings[0] for p in engine._programs.values()]
-devices = sorted({len(s.device_set) for s in jax.tree.leaves(placed)})
+with contextlib.redirect_stdout(io.StringIO()) as printed:  # the one-device audit on 8 devices
+    assert main(["audit", "--reproduce", str(out / "one"), "--mesh", "runs=8"]) == 0
 real = engine._need
 
 def need(program):  # pretend only FSDP programs fit: a leaf split on an axis past the runs'
@@ -376,15 +475,23 @@ def need(program):  # pretend only FSDP programs fit: a leaf split on an axis pa
     return real(program) if any("runs" in spec[1:] for spec in specs) else 2**50
 
 engine._need = need
-assert main([*argv, "--mesh", "runs=8", "--out", str(out / "fsdp")]) == 0
-print(json.dumps(devices))
+fsdp = [*argv, "--budget", "20", "--mesh", "runs=8", "--out", str(out / "fsdp")]
+assert main(fsdp) == 0
+shardings = [s for p in engine._programs.values() for s in jax.tree.leaves(p.input_shardings[0])]
+sizes = sorted({len(s.device_set) for s in shardings})
+devices = len({d for s in shardings if len(s.device_set) == 1 for d in s.device_set})
+print(json.dumps({"sizes": sizes, "devices": devices, "reproduce": printed.getvalue()}))
 """
 
 
-def test_runs_split_over_eight_devices_give_the_one_device_results(tmp_path):
-    """`--mesh runs=8` on 8 forced CPU devices: each batch of 3 runs is padded to 8 and split over
-    the devices; every run's final loss equals the one-device audit's within 1e-5. So does each
-    run's trained alone with FSDP (its leaves split over the 8), when one run does not fit."""
+def test_runs_on_eight_devices_equal_the_one_device_runs_bit_for_bit(audited, tmp_path, capsys):
+    """`--mesh runs=8` on 8 forced CPU devices: up to 8 batches of 3 runs train at once, each on
+    its own device with the program one device compiles for it, so every final loss of a quick audit
+    equals the one-device audit's bit for bit, the runs at the grid's largest learning rates
+    (0.017, 0.034; 140 and 280 steps) included, where one program sharding the runs over the
+    devices moved the final loss by up to 5.6e-3. `--reproduce` on the other device count finds
+    every sampled run bit for bit. A run that does not fit on a device trains alone with FSDP
+    (its leaves split over the 8): its final losses equal the one-device audit's within 1e-5."""
     flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=8"
     proc = subprocess.run(
         [sys.executable, "-c", MESH_JOB, str(tmp_path)],
@@ -394,16 +501,28 @@ def test_runs_split_over_eight_devices_give_the_one_device_results(tmp_path):
         env={**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": flags.strip()},
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert json.loads(proc.stdout.splitlines()[-1]) == [1, 8]  # programs on one device and on 8
+    job = json.loads(proc.stdout.splitlines()[-1])
+    # programs on one device each, a round's 3 batches (2 of the grid and the paper baseline; the
+    # reruns and AdamW's 2 other budgets) side by side; FSDP's on 8 at once
+    assert job["sizes"] == [1, 8] and job["devices"] == 3
+    assert job["reproduce"].count(": matches bit for bit") == 5
 
     def losses(folder):
         runs = json.loads((tmp_path / folder / "results.json").read_text())["runs"]
         return {report.run_key(r): r["final_loss"] for r in runs}
 
-    one, eight, fsdp = losses("one"), losses("eight"), losses("fsdp")
-    assert len(one) == 18 and one.keys() == eight.keys() == fsdp.keys()
-    assert all(eight[k] == pytest.approx(one[k], abs=1e-5) for k in one)
-    assert all(fsdp[k] == pytest.approx(one[k], abs=1e-5) for k in one)
+    one = losses("one")
+    eight = losses("eight")
+    assert len(one) == 18 and one == eight
+    edge = [k for k in one if json.loads(k)[2]["learning_rate"] > 0.015 and json.loads(k)[4] >= 140]
+    assert len(edge) == 8  # lr 0.017 (140 steps: seeds 0-3; 280: seeds 1-3), 0.034 (seed 0)
+    fsdp = adamw_losses(tmp_path / "fsdp")
+    assert fsdp.keys() == adamw_losses(audited).keys()
+    assert all(fsdp[k] == pytest.approx(adamw_losses(audited)[k], abs=1e-5) for k in fsdp)
+    # the 8-device audit reproduced on this process's one device
+    assert cli(["audit", "--reproduce", str(tmp_path / "eight")]) == 0
+    out = capsys.readouterr().out
+    assert out.count(": matches bit for bit") == 5 and "provenance devices: '8 x cpu'" in out
 
 
 @pytest.mark.parametrize(
@@ -502,23 +621,28 @@ def test_scale_words_read_the_slope_of_three_sizes_or_the_ends_of_two():
 
 
 def test_plan_prints_the_cost_and_refuses_what_does_not_fit(tmp_path, capsys, monkeypatch):
-    """--plan trains nothing and writes nothing: per workload its parameters, steps, runs, FLOPs
-    (6 x parameters x tokens), memory per run and runs that fit, and a time; a run that needs
-    more than half a device's memory is refused in one line."""
+    """--plan trains nothing and writes nothing: per workload its parameters, the least memory a
+    run needs by arithmetic (parameters x 16 bytes: float32 weights, gradients, AdamW's two
+    moments), steps, runs, FLOPs (6 x parameters x tokens), memory per run (compiled) and runs
+    that fit, and a time; a run that needs more than half a device's memory is refused in one
+    line."""
     argv = ["audit", "--workload", "gpt", "--sizes", "128x2,64x2", "--quick", "--plan"]
     argv += ["--optimizers", "adamw", "--out", str(tmp_path / "out")]
     assert cli(argv) == 0
     lines = capsys.readouterr().out.splitlines()
     (row,) = [line.split(" | ") for line in lines if line.startswith("| gpt-")]
     assert row[0] == "| gpt-64x2" and not (tmp_path / "out").exists()
-    steps, runs, flops = int(row[2]), int(row[3]), float(row[4])
+    steps, runs, flops = int(row[3]), int(row[4]), float(row[5])
     assert runs == 6 + 3 * (1 + 3)  # the quick grid, finals, AdamW's other budgets, baseline
     params = float(row[1][:-1]) * 1e6
+    assert re.fullmatch(rf"{row[1]} x 16 B = {params * 16 / 2**20:.0f} MiB", row[2])
     # in units of 1x runs: 6 trials, 3 finals, AdamW's 0.5x and 2x on 3 seeds, 3 baselines
     assert flops == pytest.approx(6 * params * 8 * workloads.SEQ_LEN * steps * 19.5, rel=0.01)
-    assert int(row[6]) >= 1 and lines[-1].startswith("total: ")
-    # a run bigger than half a device's memory: refused in one line (--plan refuses it so too)
-    monkeypatch.setattr(engine, "memory", lambda: 2**20)
+    assert int(row[7]) >= 1 and lines[-2].startswith("total: ")
+    assert lines[-1].startswith("weights+gradients+state: the least memory of a run, by arith")
+    # a run bigger than half a device's memory (the compiled program's: the data set is an
+    # argument): refused in one line (--plan refuses it so too)
+    monkeypatch.setattr(engine, "memory", lambda: 2**24)
     assert cli(["audit", *SMALL, "--optimizers", "adamw", "--out", str(tmp_path / "big")]) == 2
     err = capsys.readouterr().err  # after the progress bar
     assert err.splitlines()[-1].startswith("frost: error: image-s: a run needs 0.0")
@@ -526,6 +650,35 @@ def test_plan_prints_the_cost_and_refuses_what_does_not_fit(tmp_path, capsys, mo
     assert cli(["audit", *SMALL, "--optimizers", "adamw", "--plan"]) == 2  # no bar: one line
     err = capsys.readouterr().err
     assert err.startswith("frost: error: image-s: a run needs 0.0") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    "argv, memory, message",
+    [
+        (["--sizes", "8192x96", "--plan"], None, "gpt-8192x96: a run needs at least 1.15e+03 GiB"),
+        (["--sizes", "64x2,8192x96"], None, "(77.3B parameters x 16 bytes: weights, gradients and"),
+        # half of 16 MiB, between the two sizes' 2.03 and 13.1 MiB: the larger is refused
+        (["--sizes", "64x2,128x4", "--plan"], 2**24, "gpt-128x4: a run needs at least 0.0128 GiB"),
+    ],
+)
+def test_a_size_that_cannot_fit_is_refused_by_arithmetic_before_anything_compiles(
+    argv, memory, message, tmp_path, capsys, monkeypatch
+):
+    """Parameters x bytes per parameter (weights, gradients, AdamW's state) over half a device's
+    memory: one line, at once, nothing compiled, nothing written (was: --plan compiled a 77B
+    model for 100 s)."""
+    if memory:
+        monkeypatch.setattr(engine, "memory", lambda: memory)
+    compiled = []
+    monkeypatch.setattr(engine, "_need", lambda program: compiled.append(program) or 0)
+    start = time.perf_counter()
+    assert cli(["audit", "--workload", "gpt", *argv, "--out", str(tmp_path / "out")]) == 2
+    assert time.perf_counter() - start < 30
+    err = capsys.readouterr().err  # (without --plan, after the data's progress bar)
+    line = err.splitlines()[-1]
+    assert line.startswith("frost: error: ") and message in line and "Traceback" not in err
+    assert "more than half of a device's" in line and "audit smaller models (--sizes)" in line
+    assert not compiled and not (tmp_path / "out").exists()
 
 
 def test_text_data_from_any_utf8_file(tmp_path):
@@ -631,19 +784,34 @@ def test_reproduce_matches_a_finished_audit_and_names_a_changed_run(audited, tmp
         assert {p: p.stat().st_mtime_ns for p in audited.rglob("*")} == files  # nothing written
         lines = capsys.readouterr().out.splitlines()
         assert sum(line.endswith(": matches bit for bit") for line in lines) == 5
-        assert lines[-1] == f"--reproduce {audited}: all 5 runs reproduce"
+        assert lines[-1] == (f"--reproduce {audited}: all 5 runs reproduce; their run files agree")
         copy = tmp_path / "copy"
         subprocess.run(["cp", "-r", str(audited), str(copy)], check=True)
         saved = json.loads((copy / "results.json").read_text())
         for r in saved["runs"]:
             r["final_loss"] = r["final_loss"] and r["final_loss"] + 1e-6
         (copy / "results.json").write_text(json.dumps(saved))
-        shutil.rmtree(copy / "runs")  # the records come from results.json
+        assert cli(["audit", "--reproduce", str(copy)]) == 1
+        captured = capsys.readouterr()
+        assert captured.out.count(": DIFFERS: final loss") == 5
+        # the run files hold the numbers trained: they disagree with the changed results.json
+        assert captured.out.count("disagrees with results.json (final_loss") == 5
+        assert captured.err.splitlines()[-1].endswith(
+            "5 of 5 runs do not reproduce; 5 of 5 run files are missing, not a run's record, or "
+            "disagree with results.json"
+        )
+        # an audit published without its run files (as docs/audit-2026-12-07): results.json
+        shutil.rmtree(copy / "runs")
         assert cli(["audit", "--reproduce", str(copy)]) == 1
         assert not (copy / "runs").exists()
         captured = capsys.readouterr()
-        assert captured.out.count(": DIFFERS: final loss") == 5
-        assert "5 of 5 runs do not reproduce" in captured.err
+        assert captured.out.count(": DIFFERS: final loss") == 5 and "run file" not in captured.out
+        assert captured.err.splitlines()[-1].endswith(": 5 of 5 runs do not reproduce")
+        shutil.copy(audited / "results.json", copy / "results.json")
+        assert cli(["audit", "--reproduce", str(copy)]) == 0
+        assert capsys.readouterr().out.splitlines()[-1] == (
+            f"--reproduce {copy}: all 5 runs reproduce; {copy / 'runs'} is not there to check"
+        )
         assert cli(["audit", "--reproduce", str(copy), "--quick"]) == 2
         assert "--reproduce: takes OUT's options from it; drop --quick" in capsys.readouterr().err
         assert cli(["audit", "--reproduce", str(tmp_path / "none")]) == 2

@@ -142,6 +142,13 @@ CASES += [
     (T + ["-o", "OUT", "--hf", "/proc/frost/tok.json"], "there is no folder /proc/frost"),
     (T + ["-o", "NO_FOLDER"], "nowhere/tok.json': there is no folder"),
     (["plot", "NOWHERE", "-o", "UNDER_FILE"], "a_file is a file, not a folder"),
+    (["audit", "--out", "A_FILE"], "a_file': is a file, not a folder"),
+    (["audit", "--out", "UNDER_FILE"], "a_file is a file, not a folder"),
+    # frost audit: one claim per optimizer; a size that cannot fit, refused by arithmetic at once
+    (["audit", "--claim", "lion=2", "--claim", "lion=0.5"], "lion is claimed already (--claim l"),
+    (["audit", "--claim", "muon=2", "--claim", "muon=2"], "muon is claimed already (--claim m"),
+    (["audit", "--workload", "gpt", "--sizes", "8192x96", "--plan"], "a run needs at least 1.15e"),
+    (["audit", "--workload", "gpt", "--sizes", "64x2,8192x96", "--out", "OUT"], "by arithmetic"),
     # GPT-2 tokenizer folders: the file at fault, and both layouts
     (C + ["--data", "TEXT_JSONL", "--tokenizer", "GPT2_NO_BPE"], "vocab.bpe: not found (a GPT"),
     (C + ["--data", "TEXT_JSONL", "--tokenizer", "GPT2_NO_MERGES"], "merges.txt: not found"),

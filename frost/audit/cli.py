@@ -6,7 +6,7 @@
                 [--seeds N|auto] [--max-seeds N] [--claim NAME=X ...]
                 [--sizes WxD,...] [--tokens-per-param R] [--plan] [--mesh runs=N] [--out DIR]
                 [--coordinator HOST:PORT --num-processes P --process-id I]
-    frost audit --reproduce OUT [--sample N]
+    frost audit --reproduce OUT [--sample N] [--mesh runs=N]
 
 The options are generated from `AuditConfig` (frost.config).
 No JAX is imported until the audit starts, so `frost --help` stays fast.
@@ -16,7 +16,17 @@ import dataclasses
 import re
 
 from frost import config
-from frost.config import Checked, UsageError, add_options, from_args, needs, option, optional, whole
+from frost.config import (
+    Checked,
+    UsageError,
+    add_options,
+    from_args,
+    needs,
+    option,
+    optional,
+    output_folder,
+    whole,
+)
 
 
 def _names(text):
@@ -50,7 +60,7 @@ class AuditConfig(Checked):
     claim: tuple[str, ...] = option(
         (),
         "NAME=SPEEDUP: a paper's claimed step speedup over AdamW, judged by the report's verdict "
-        "table (repeatable, e.g. --claim sophia=2)",
+        "table (repeatable, one per optimizer, e.g. --claim sophia=2 --claim lion=1.5)",
     )
     data: str | None = option(
         None,
@@ -83,9 +93,15 @@ class AuditConfig(Checked):
         "a first look in minutes: the smaller width, one weight decay and key value, "
         "a third of the steps",
     )
-    mesh: str | None = option(None, "runs=N: split each batch of vmapped runs over N devices")
+    mesh: str | None = option(
+        None,
+        "runs=N: train N batches of vmapped runs at once, each on its own device (the same "
+        "numbers as one device's)",
+    )
     plan: bool = option(False, "print the runs, FLOPs, memory and time it would take; train none")
-    out: str = option("audit", "output folder: runs/*.json, results.json, report.md, PNG plots")
+    out: str = option(
+        "audit", "output folder: runs/*.json, results.json, report.md, PNG plots", output_folder
+    )
     reproduce: str | None = option(
         None,
         "OUT: rerun a seed-fixed sample of the audit in OUT; say whether each run matches",
@@ -97,7 +113,8 @@ class AuditConfig(Checked):
         if self.reproduce is not None:  # OUT's config.json holds the other options
             for field in dataclasses.fields(self):
                 given = getattr(self, field.name) != field.default
-                if given and field.name not in ("reproduce", "sample", "data"):
+                # (the mesh changes no number: the devices at hand)
+                if given and field.name not in ("reproduce", "sample", "data", "mesh"):
                     raise UsageError(
                         f"--reproduce: takes OUT's options from it; drop --{field.name}"
                     )
@@ -127,6 +144,7 @@ class AuditConfig(Checked):
                     f"--optimizer {name!r}: give MODULE:FUNCTION (built-ins go in --optimizers)"
                 )
             resolve(name)  # UsageError if it does not import
+        claimed = {}  # {optimizer: its --claim}
         for claim in self.claim:
             name, _, value = claim.partition("=")
             if name not in self.names:
@@ -136,6 +154,13 @@ class AuditConfig(Checked):
                 )
             if not re.fullmatch(r"[0-9]*\.?[0-9]+", value) or float(value) == 0:
                 raise UsageError(f"--claim {claim!r}: the speedup must be a number > 0")
+            # one verdict per optimizer: the interval is the same, whatever the number claimed
+            if name in claimed:
+                raise UsageError(
+                    f"--claim {claim!r}: {name} is claimed already (--claim {claimed[name]}); "
+                    "give one claim per optimizer (the report's interval answers any other)"
+                )
+            claimed[name] = claim
 
     @property
     def claims(self) -> dict:

@@ -23,14 +23,19 @@ exceeds the workload's threshold. A group whose program would need more than hal
 memory (`memory`: a GPU's own, else the machine's) is split in halves, down to one run at a time
 (a fixed cap, not the memory free now: a batch's composition, and so its last bits, never depend
 on what else runs). With a "runs" mesh
-(`--mesh runs=N`), each batch is padded with copies of its last run to a multiple of N and its
-runs are split over the N devices; counters and data are whole on each. The chunks run on
-frost.parallel.scan_chunks, the driver Anakin's iterations use too, at its optimisation level.
+(`--mesh runs=N`), up to N groups train at once, each on its own device with the very program
+one device compiles for it (`run_groups`), so a run's numbers are the same bit for bit whatever
+the mesh. (One program sharding the runs over the devices is not: XLA's SPMD pipeline simplifies
+and fuses a partitioned program otherwise, and the last bits move.) A run too big for a device
+trains alone with FSDP over the mesh. The chunks run on frost.parallel.scan_chunks, the driver
+Anakin's iterations use too, at its optimisation level.
 """
 
 import os
 import re
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
 import jax
@@ -48,9 +53,10 @@ from frost.tree import PyTree
 
 CHUNK = 10  # steps per compiled call
 PLACEHOLDER = 0.5  # a non-zero build value for hyper-parameters set later
-_programs = {}  # {(workload, shapes, optimizer, built values, runs, devices, fsdp): compiled chunk}
+_programs = {}  # {(workload, shapes, optimizer, built values, runs, device, fsdp): compiled chunk}
 _evals = {}  # {workload name: its jitted, vmapped evaluation loss}
 _keys = {}  # {(workload, classes, optimizer, grid axes): _held's answer}
+_ALONE = threading.Lock()  # an FSDP run takes every device of the mesh: one at a time
 
 
 class Run(NamedTuple):
@@ -94,6 +100,38 @@ def refuse(workload, need: int):
     raise UsageError(
         f"{workload.name}: a run needs {need / 2**30:.3g} GiB, more than half of a device's "
         f"{memory() / 2**30:.3g} GiB; audit smaller models (--sizes) or split it (--mesh runs=N)"
+    )
+
+
+def least(workload, data, hyperparams: dict) -> tuple[int, int]:
+    """(parameters, bytes) of a run of `workload` at the least, by arithmetic: its weights, their
+    gradients (as many bytes) and the state of AdamW (the reference every audit trains), built as
+    the trial `hyperparams`; activations and temporaries come on top. From shapes alone
+    (jax.eval_shape): nothing is compiled or allocated."""
+    model = jax.eval_shape(lambda k: workload.model(data, k), jax.random.key(0))
+    state = jax.eval_shape(_make(workload, data, "adamw", {}, tuple(hyperparams)).init, model)
+    weights = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(model))
+    moments = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(state))
+    return sum(x.size for x in jax.tree.leaves(model)), 2 * weights + moments
+
+
+def refuse_by_arithmetic(workload, params: int, need: int, devices: int) -> None:
+    """Refuse a workload whose `least` bytes `need`, split over `devices` (FSDP splits every
+    weight, gradient and state array), exceed half a device's memory: before anything
+    compiles."""
+    if need / devices <= 0.5 * memory():
+        return
+    more = ""  # more devices, when they would do
+    if need / jax.local_device_count() <= 0.5 * memory():
+        more = f" or split it over more devices (--mesh runs=N, N <= {jax.local_device_count()})"
+    if devices > 1:
+        over = f"{devices} devices' {memory() / 2**30:.3g} GiB each"
+    else:
+        over = f"a device's {memory() / 2**30:.3g} GiB"
+    raise UsageError(
+        f"{workload.name}: a run needs at least {need / 2**30:.3g} GiB by arithmetic "
+        f"({params / 1e9:.3g}B parameters x {need / params:.3g} bytes: weights, gradients and "
+        f"AdamW's state), more than half of {over}; audit smaller models (--sizes){more}"
     )
 
 
@@ -263,55 +301,73 @@ def _steps(t0: int) -> np.ndarray:
     return np.arange(t0, t0 + CHUNK, dtype=np.int32)
 
 
-def run_group(workload, data, name, group: Group, max_runs=None, mesh=None, fsdp=False):
-    """Train the group's runs (vmapped, `max_runs` at a time; None: as many as memory allows),
-    split over `mesh` (a `runs_mesh`; None: one device); a list of one dict per run. A run too
-    big for a device trains alone, `fsdp`: each of its leaves split along its largest divisible
-    axis over the mesh (parallel.fsdp; the batch is not split); too big even so, it is
-    refused."""
+def run_groups(workload, data, jobs: list[tuple[str, Group]], mesh: Mesh | None = None) -> list:
+    """Train each of `jobs`, (optimizer, group) pairs, on its own device of `mesh`, all at once
+    (job i on the mesh's device i: at most mesh.size jobs; no mesh: one after another on the
+    default device); a list of `run_group`'s results, one per job. Each group trains as
+    `run_group` trains it on one device, with the program one device compiles for it, so its
+    numbers are the same bit for bit whatever the mesh's size."""
+    if mesh is None:
+        return [run_group(workload, data, name, group) for name, group in jobs]
+    devices = list(mesh.devices.flat)
+    # a thread per device: JAX leaves the GIL while a device computes, so they train together
+    with ThreadPoolExecutor(len(jobs)) as pool:
+        futures = [
+            pool.submit(run_group, workload, data, name, group, None, mesh, device=device)
+            for (name, group), device in zip(jobs, devices)
+        ]
+        return [future.result() for future in futures]
+
+
+def run_group(
+    workload, data, name, group: Group, max_runs=None, mesh=None, fsdp=False, device=None
+):
+    """Train the group's runs on `device` (None: the default device), vmapped, `max_runs` at a
+    time (None: as many as half its memory allows); a list of one dict per run. A run too big
+    for a device trains alone, `fsdp`: each of its leaves split along its largest divisible axis
+    over `mesh` (a `runs_mesh`; parallel.fsdp; the batch is not split); too big even so, or with
+    no mesh to split it over, it is refused."""
     runs = group.runs
     built = group.built
-    n = mesh.size if mesh else 1  # devices
+    if max_runs == 1 and len(runs) > 1:  # a padding copy is the run it copies: trained once
+        alone = {}
+        for run in runs:
+            if id(run) not in alone:
+                one = Group([run], built)
+                alone[id(run)] = run_group(workload, data, name, one, 1, mesh, device=device)[0]
+        return [alone[id(run)] for run in runs]
     if max_runs is not None and len(runs) > max_runs:
         results = []
         for i in range(0, len(runs), max_runs):
             part = Group(runs[i : i + max_runs], built)
-            results += run_group(workload, data, name, part, max_runs, mesh)
+            results += run_group(workload, data, name, part, max_runs, mesh, device=device)
         return results
-    # every device an equal share (FSDP: one run over all): copies of the last run, dropped after
-    if len(runs) % n and not fsdp:
-        padded = Group(runs + runs[-1:] * (-len(runs) % n), built)
-        return run_group(workload, data, name, padded, max_runs, mesh)[: len(runs)]
     steps = runs[0].steps
     axes = tuple(runs[0].hyperparams)
     opt = _make(workload, data, name, built, axes)
     carry = _init(workload, data, name, opt, runs)
     arrays = data.arrays
-    if mesh is not None:  # each run's leaves on its device, the states' counters on all; or FSDP
-        split = NamedSharding(mesh, P("runs"))
-        whole = NamedSharding(mesh, P())
-        shared = lambda x: whole if jnp.issubdtype(x.dtype, jnp.integer) else split  # noqa: E731
-        layout = jax.tree.map(lambda _: split, carry)
-        layout = layout._replace(states=jax.tree.map(shared, carry.states))
-        carry = jax.device_put(carry, parallel.fsdp(carry, mesh, "runs") if fsdp else layout)
-        arrays = jax.device_put(arrays, whole)
+    if fsdp:  # every leaf split over the mesh, the data whole on each device
+        carry = jax.device_put(carry, parallel.fsdp(carry, mesh, "runs"))
+        arrays = jax.device_put(arrays, NamedSharding(mesh, P()))
+    elif device is not None:
+        carry = jax.device_put(carry, device)
+        arrays = jax.device_put(arrays, device)
     shapes = tuple(v.shape for v in arrays.values())
-    tag = (workload.name, shapes, name, tuple(sorted(built.items())), len(runs), n, fsdp)
+    tag = (workload.name, shapes, name, tuple(sorted(built.items())), len(runs), device, fsdp)
     if tag not in _programs:
         chunk = _program(workload, data, name, built, axes, workload.threshold(data))
         _programs[tag] = chunk.lower(carry, _steps(0), arrays, np.int32(steps)).compile()
     program = _programs[tag]
     if _need(program) > 0.5 * memory():  # (a device's share: memory_analysis is per device)
-        if len(runs) > n:
-            return run_group(workload, data, name, group, max(len(runs) // 2, n), mesh)
-        if n == 1 or fsdp:
+        if len(runs) > 1:
+            return run_group(
+                workload, data, name, group, max(len(runs) // 2, 1), mesh, device=device
+            )
+        if mesh is None or mesh.size == 1 or fsdp:
             refuse(workload, _need(program))
-        alone = {}  # FSDP, a run at a time (a padding copy is the object it copies: trained once)
-        for run in runs:
-            if id(run) not in alone:
-                one = Group([run], built)
-                alone[id(run)] = run_group(workload, data, name, one, 1, mesh, True)[0]
-        return [alone[id(run)] for run in runs]
+        with _ALONE:
+            return run_group(workload, data, name, group, 1, mesh, fsdp=True)
     start = time.perf_counter()
     curve = []  # each chunk's mean loss of each run, (K,)
     for t0 in range(0, steps, CHUNK):
