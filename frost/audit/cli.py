@@ -16,17 +16,7 @@ import dataclasses
 import re
 
 from frost import config
-from frost.config import (
-    Checked,
-    UsageError,
-    add_options,
-    from_args,
-    needs,
-    option,
-    optional,
-    output_folder,
-    whole,
-)
+from frost.config import Checked, UsageError, add_options, from_args, needs, option, optional, whole
 
 
 def _names(text):
@@ -100,7 +90,9 @@ class AuditConfig(Checked):
     )
     plan: bool = option(False, "print the runs, FLOPs, memory and time it would take; train none")
     out: str = option(
-        "audit", "output folder: runs/*.json, results.json, report.md, PNG plots", output_folder
+        "audit",
+        "output folder: runs/*.json, results.json, report.md, PNG plots",
+        config.output_folder,
     )
     reproduce: str | None = option(
         None,
