@@ -27,9 +27,9 @@ on what else runs). With a "runs" mesh
 one device compiles for it (`run_groups`), so a run's numbers are the same bit for bit whatever
 the mesh. (One program sharding the runs over the devices is not: XLA's SPMD pipeline simplifies
 and fuses a partitioned program otherwise, and the last bits move. Forced CPU devices beyond the
-cores change XLA's CPU thread pool, and with it some products' last bits, mesh or none.) A run too big for a device
-trains alone with FSDP over the mesh. The chunks run on frost.parallel.scan_chunks, the driver
-Anakin's iterations use too, at its optimisation level.
+cores change XLA's CPU thread pool, and with it some products' last bits, mesh or none.) A run
+too big for a device trains alone with FSDP over the mesh. The chunks run on
+frost.parallel.scan_chunks, the driver Anakin's iterations use too, at its optimisation level.
 """
 
 import os
