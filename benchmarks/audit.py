@@ -13,10 +13,12 @@ is compiled first (its compile time is reported), then timed as the best of `--r
 compiles" adds the compile time as an audit pays it: once for the vmapped program, once per run
 when each run is its own program (as K separate `frost train` runs would be).
 
-`--devices N` forces N CPU devices (XLA_FLAGS, in a fresh process) and compares instead one
-device against `--mesh runs=N` (the runs axis split over the N devices, `engine.runs_mesh`): runs/s
-of each, and the largest difference in final loss between them (correctness). On a CPU the N
-devices share its cores, so this measures the mesh's overhead, not a speed-up.
+`--devices N` forces N CPU devices (XLA_FLAGS, in a fresh process) and compares instead the K runs
+as N batches trained one after another on one device against the same N batches trained at once,
+one per device, as `--mesh runs=N` trains them (`engine.run_groups`): runs/s of each, and the
+largest difference in final loss between them (0: the same programs, bit for bit). On a CPU the N
+devices share its cores, so this measures what training batches side by side costs or gains
+there, not a GPU's speed-up.
 
 `--vs-train` times whole commands as a user meets them, cold (fresh FROST_CACHE: no compiled
 programs, tokenizer or tokens) and warm: `frost audit --workload gpt --quick --optimizers adamw`
@@ -73,16 +75,17 @@ def compare(wl, data, k, steps, repeats):
 def compare_mesh(wl, data, k, steps, repeats, mesh):
     engine._programs.clear()
     trials = protocol.grid("adamw", None, wl.lr)
-    group = engine.Group([engine.Run(trials[i % len(trials)], 0, steps) for i in range(k)], {})
+    runs = [engine.Run(trials[i % len(trials)], 0, steps) for i in range(k)]
+    per_device = -(-k // mesh.size)  # the K runs as (at most) one batch per device
+    jobs = [("adamw", engine.Group(runs[i : i + per_device], {})) for i in range(0, k, per_device)]
+
+    def train(m):
+        return [run for batch in engine.run_groups(wl, data, jobs, mesh=m) for run in batch]
+
     results, seconds = {}, {}
     for side, m in (("one", None), ("mesh", mesh)):
-        first = timed(
-            lambda: results.setdefault(side, engine.run_group(wl, data, "adamw", group, mesh=m))
-        )
-        seconds[side] = min(
-            timed(lambda: engine.run_group(wl, data, "adamw", group, mesh=m))
-            for _ in range(repeats)
-        )
+        first = timed(lambda: results.setdefault(side, train(m)))
+        seconds[side] = min(timed(lambda: train(m)) for _ in range(repeats))
         seconds[side + " compile"] = first - seconds[side]
     gap = max(
         abs(a["final_loss"] - b["final_loss"]) for a, b in zip(results["one"], results["mesh"])
