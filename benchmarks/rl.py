@@ -1,8 +1,8 @@
 """frost.rl beside gymnax, gymnasium and a CleanRL-style PyTorch PPO, in one run.
 
-    python benchmarks/rl.py                  # the three tables below, 5 seeds (~25 min, 2 cores)
+    python benchmarks/rl.py                  # the four tables below, 5 seeds
     python benchmarks/rl.py --quick          # small counts, 1 seed, torch capped at 60k steps
-    python benchmarks/rl.py --part envs      # one part: envs, solve or sebulba
+    python benchmarks/rl.py --part envs      # one part: envs, solve, sebulba or minatar-envs
 
 1. envs: CartPole-v1 env steps/s under a random policy with 1, 64 and 4096 envs: Frost's jnp
    CartPole and gymnax's, each a jitted lax.scan of the vmapped step, with each step's env keys
@@ -22,6 +22,13 @@
 3. sebulba: PPO training env steps/s on gymnasium's own CartPole-v1, 8 envs: Frost Sebulba
    (2 actor processes) against the same torch PPO on AsyncVectorEnv(8) (and SyncVectorEnv), same
    hyper-parameters; whole run (start-up included) and steady state (after the first update).
+4. minatar-envs: env steps/s of MinAtar's five games under a random policy with 1, 64 and 4096
+   envs: Frost's jnp games with MinAtar's sticky actions (0.1, the default) and without
+   (sticky=0: what using the key every step costs), gymnax's ports (no sticky actions), each a
+   jitted lax.scan of the vmapped step drawing keys and actions inside (as part 1's "Frost jnp"),
+   and the `minatar` package itself (Python, one env, sticky actions on, the observation made
+   every step; its rate is the same for any count of envs stepped one after another). Median of
+   7 timed runs (3 with --quick).
 """
 
 from __future__ import annotations
@@ -73,17 +80,18 @@ def median_rates(runs: dict, count, repeats=7):
     return {name: count / statistics.median(t) for name, t in times.items()}
 
 
-def jnp_run(reset, step, n, steps, drawn_inside=True):
-    """A timed call: a jitted scan of `steps` vmapped steps of n envs. drawn_inside: each step
-    splits a key for the envs and draws random actions, as a rollout does; else the keys and
-    actions are precomputed and the scan times the env step alone."""
+def jnp_run(reset, step, n, steps, drawn_inside=True, num_actions=2):
+    """A timed call: a jitted scan of `steps` vmapped steps of n envs, random actions among
+    `num_actions`. drawn_inside: each step splits a key for the envs and draws random actions, as a
+    rollout does; else the keys and actions are precomputed and the scan times the env step
+    alone."""
 
     def body(state, x):
         if drawn_inside:
             k_act, k_step = jax.random.split(x)
             keys, actions = (
                 jax.random.split(k_step, n),
-                jax.random.randint(k_act, (n,), 0, 2, jnp.int32),
+                jax.random.randint(k_act, (n,), 0, num_actions, jnp.int32),
             )
         else:
             keys, actions = x
@@ -96,7 +104,7 @@ def jnp_run(reset, step, n, steps, drawn_inside=True):
     if not drawn_inside:
         xs = (
             jax.random.split(jax.random.key(2), (steps, n)),
-            jax.random.randint(jax.random.key(3), (steps, n), 0, 2),
+            jax.random.randint(jax.random.key(3), (steps, n), 0, num_actions),
         )
     run = jax.jit(lambda state, xs: lax.scan(body, state, xs))
     state = jax.vmap(reset)(jax.random.split(jax.random.key(0), n))[1]
@@ -451,21 +459,103 @@ def part_sebulba(steps):
     return f"training env steps/s, {steps // 1000}k steps\n\n" + "\n".join(out)
 
 
+GYMNAX_MINATAR = {
+    "breakout": "Breakout-MinAtar",
+    "asterix": "Asterix-MinAtar",
+    "freeway": "Freeway-MinAtar",
+    "seaquest": "Seaquest-MinAtar",
+    "space_invaders": "SpaceInvaders-MinAtar",
+}
+
+
+def minatar_rate(name, steps, repeats):
+    """Env steps/s of the `minatar` package's game `name`: one env, random minimal actions,
+    sticky actions on (its default 0.1), reset when an episode ends, and the observation
+    (`state()`) after each step, as an agent needs it and as the jnp step returns it."""
+    from minatar import Environment
+
+    env = Environment(name)
+    env.seed(0)
+    actions = np.random.default_rng(0).choice(env.minimal_action_set(), steps)
+
+    def run():
+        env.reset()
+        for action in actions:
+            _, done = env.act(action)
+            if done:
+                env.reset()
+            env.state()
+
+    return median_rate(run, steps, repeats)
+
+
+def part_minatar_envs(quick):
+    import gymnax
+
+    scale = 10 if quick else 1
+    repeats = 3 if quick else 7
+    rows = []
+    for name in envs.MINATAR:
+        sticky = envs.make(name)  # MinAtar's sticky actions, 0.1
+        plain = envs.make(name, sticky=0)
+        gx, params = gymnax.make(GYMNAX_MINATAR[name])
+
+        def gx_reset(key, gx=gx, params=params):
+            return gx.reset(key, params)
+
+        def gx_step(key, state, action, gx=gx, params=params):
+            return gx.step(key, state, action, params)
+
+        python = minatar_rate(name, 20_000 // scale, repeats)
+        for n in (1, 64, 4096):
+            steps = max(200_000 // n // scale, 10)  # the scan's length
+            runs = {
+                "sticky": jnp_run(
+                    sticky.reset, sticky.step, n, steps, num_actions=sticky.num_actions
+                ),
+                "plain": jnp_run(plain.reset, plain.step, n, steps, num_actions=plain.num_actions),
+                "gymnax": jnp_run(gx_reset, gx_step, n, steps, num_actions=gx.num_actions),
+            }
+            row = {"game": name, "envs": n, **median_rates(runs, n * steps, repeats)}
+            row["minatar"] = python
+            print(row, file=sys.stderr, flush=True)
+            rows.append(row)
+    out = [
+        "| game | envs | Frost, sticky 0.1 | Frost, sticky 0 | sticky cost | gymnax (no sticky) | "
+        "frost (sticky 0)/gymnax | minatar (Python, 1 env, sticky 0.1) | frost/minatar |",
+        "| --- |" + " ---: |" * 8,
+    ]
+    for r in rows:
+        out.append(
+            f"| {r['game']} | {r['envs']} | {r['sticky']:,.0f} | {r['plain']:,.0f} | "
+            f"{r['sticky'] / r['plain']:.2f} | {r['gymnax']:,.0f} | "
+            f"{r['plain'] / r['gymnax']:.2f} | "
+            f"{r['minatar']:,.0f} | {r['sticky'] / r['minatar']:.1f} |"
+        )
+    return (
+        "env steps/s, random policy, MinAtar's five games (sticky cost: steps/s with sticky "
+        "actions over steps/s without)\n\n" + "\n".join(out)
+    )
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument(
         "--quick", action="store_true", help="small counts, 1 seed: checks that everything runs"
     )
     p.add_argument(
-        "--part", choices=("envs", "solve", "sebulba"), action="append", help="run only these parts"
+        "--part",
+        choices=("envs", "solve", "sebulba", "minatar-envs"),
+        action="append",
+        help="run only these parts",
     )
     args = p.parse_args()
-    parts = args.part or ["envs", "solve", "sebulba"]
+    parts = args.part or ["envs", "solve", "sebulba", "minatar-envs"]
     seeds = [0] if args.quick else [0, 1, 2, 3, 4]
     report = [
         header(
-            "frost.rl: environments, Anakin PPO, Sebulba PPO",
-            libraries=("jax", "gymnax", "gymnasium", "torch"),
+            "frost.rl: environments, Anakin PPO, Sebulba PPO, MinAtar's games",
+            libraries=("jax", "gymnax", "gymnasium", "torch", "minatar"),
         )
     ]
     if "envs" in parts:
@@ -474,6 +564,8 @@ def main():
         report.append(part_solve(seeds, 60_000 if args.quick else 500_000))
     if "sebulba" in parts:
         report.append(part_sebulba(16_384 if args.quick else 102_400))
+    if "minatar-envs" in parts:
+        report.append(part_minatar_envs(args.quick))
     print("\n\n".join(report))
 
 

@@ -1,6 +1,6 @@
-"""frost.rl: jnp environments step for step beside gymnasium, MinAtar and bsuite's Catch; PPO and
-DQN pieces against hand-computed values; Anakin and Sebulba runs through the CLI; Sebulba's
-determinism across actor counts and its error paths."""
+"""frost.rl: jnp environments step for step beside gymnasium and bsuite's Catch (MinAtar's games
+are in tests/test_minatar.py); PPO and DQN pieces against hand-computed values; Anakin and
+Sebulba runs through the CLI; Sebulba's determinism across actor counts and its error paths."""
 
 import argparse
 import functools
@@ -16,7 +16,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from minatar.environments import breakout as minatar_breakout
 
 from frost.config import UsageError
 from frost.data import WorkerError
@@ -137,43 +136,6 @@ def test_catch_steps_as_bsuite():
         if not done and t + 1 < len(actions):
             np.testing.assert_array_equal(ref_obs, obs[t + 1], err_msg=f"step {t}")
     assert set(np.unique(rewards[dones])) == {-1.0, 1.0}
-
-
-def test_breakout_steps_as_minatar():
-    """MinAtar's own Breakout (sticky actions off; actions no-op, left, right = MinAtar's 0, 1, 3):
-    the same observation, reward and termination every step, for a ball-following policy (long
-    episodes: all bricks cleared and refilled, strikes in a row) and for random actions."""
-    env = envs.make("breakout")
-
-    def policy(s, key):
-        k_eps, k_a = jax.random.split(key)
-        aim = s.ball_x + jnp.array([-1, 1, 1, -1])[s.ball_dir]  # the ball's next column
-        follow = jnp.where(aim < s.paddle, 1, jnp.where(aim > s.paddle, 2, 0)).astype(jnp.int32)
-        random = jax.random.randint(k_a, (), 0, 3, jnp.int32)
-        return jnp.where(jax.random.uniform(k_eps) < 0.05, random, follow)
-
-    follow = play(env, jax.random.key(4), 4000, policy)
-    rand = play(env, jax.random.key(5), 2000, lambda s, k: jax.random.randint(k, (), 0, 3))
-    observe = jax.jit(jax.vmap(env.observe))
-    ref = minatar_breakout.Env()
-    for states, actions, rewards, dones, _ in (follow, rand):
-        seen, got = [], []  # MinAtar's observation before each step, and its (reward, done)
-        for t in range(len(actions)):
-            if t == 0 or dones[t - 1]:
-                ref.reset()
-                ref.ball_x, ref.ball_dir, ref.last_x = (
-                    int(states.ball_x[t]),
-                    int(states.ball_dir[t]),
-                    int(states.last_x[t]),
-                )
-            seen.append(ref.state())
-            got.append(ref.act((0, 1, 3)[int(actions[t])]))
-        np.testing.assert_array_equal(np.array(seen), np.asarray(observe(states)))
-        np.testing.assert_array_equal(np.array(got), np.stack([rewards, dones], 1))
-    episodes = np.split(follow[2], np.flatnonzero(follow[3]) + 1)
-    # an episode cleared all 30 bricks, so they were refilled
-    assert max(e.sum() for e in episodes) > 30
-    assert rand[3].sum() > 100
 
 
 # --- loss pieces by hand ------------------------------------------------------------------------
@@ -311,7 +273,17 @@ def test_cli_anakin_muzero_learns_catch(tmp_path, capsys):
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["ppo", "--env", "pong"], "--env 'pong': choose cartpole, catch, breakout or gym:ID"),
+        (
+            ["ppo", "--env", "pong"],
+            "--env 'pong': choose cartpole, catch, breakout, asterix, freeway, seaquest, "
+            "space_invaders or gym:ID",
+        ),
+        (
+            ["ppo", "--env", "cartpole", "--sticky", "0.1"],
+            "--sticky 0.1: only MinAtar's games (breakout, asterix, freeway, seaquest, "
+            "space_invaders) have sticky actions",
+        ),
+        (["ppo", "--env", "breakout", "--sticky", "1"], "--sticky 1.0: must be >= 0 and < 1"),
         (["ppo", "--env", "gym:NoSuchEnv-v9"], "gymnasium cannot make 'NoSuchEnv-v9'"),
         (["ppo", "--env", "gym:Pendulum-v1"], "PPO here needs discrete actions, not Box"),
         (
@@ -521,7 +493,7 @@ def test_cli_anakin_muzero_two_seeds_on_two_cores(tmp_path):
 
 
 def test_env_spec_is_parsed_once_and_names_what_is_allowed():
-    assert tuple(envs.ENVS) == JNP_ENVS
+    assert (*envs.ENVS, *envs.MINATAR) == JNP_ENVS
     gym = EnvSpec.parse("gym:CartPole-v1")
     assert gym.host and gym.preset == "gym" and gym.signature() == ((4,), 2)
     assert EnvSpec.parse("catch").signature() == (tuple(envs.make("catch").observation_shape), 3)

@@ -30,6 +30,7 @@ MODULES = [
     "frost.interop",
     "frost.rl.search",
     "frost.rl.envs",
+    "frost.rl.minatar",
 ]
 MARKER = re.compile(r"^<!-- api (frost[\w.]*) -->$", re.MULTILINE)
 

@@ -2,7 +2,7 @@
 mistake is answered at once); the job is frost.rl.run.
 
     frost rl ppo --env cartpole --seeds 5           # Anakin: 5 seeds in one compiled program
-    frost rl dqn --env breakout --steps 500000
+    frost rl dqn --env breakout --steps 500000      # MinAtar's sticky actions, 0.1 (--sticky)
     frost rl muzero --env catch                     # Gumbel MuZero's search in the program
     frost rl ppo --env gym:CartPole-v1 --actors 2   # Sebulba: gymnasium envs in 2 actor processes
     frost rl eval runs/rl-ppo-cartpole              # the checkpoint's policy, 100 episodes a seed
@@ -36,7 +36,15 @@ def _env(name):
 class RunConfig(Checked):
     algo: str = option("ppo", "algorithm", choices=("ppo", "dqn", "muzero"), cli=False)
     env: str = option(
-        "cartpole", "jnp env (cartpole, catch, breakout) or gym:ID, a gymnasium env", _env
+        "cartpole",
+        "jnp env (cartpole, catch; MinAtar's breakout, asterix, freeway, seaquest, "
+        "space_invaders) or gym:ID, a gymnasium env",
+        _env,
+    )
+    sticky: float | None = option(
+        None,
+        "MinAtar's games: the probability that a step repeats the previous action (MinAtar's "
+        "sticky actions, in training and evaluation; default 0.1, 0 for none)",
     )
     mode: str | None = option(
         None,
@@ -60,7 +68,7 @@ class RunConfig(Checked):
     )
 
     def check(self):
-        host = EnvSpec.parse(self.env).host
+        host = EnvSpec.parse(self.env, self.sticky).host
         mode = self.mode or ("sebulba" if host else "anakin")
         object.__setattr__(self, "mode", mode)
         if mode == "anakin" and host:

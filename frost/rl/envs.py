@@ -1,11 +1,12 @@
 """Environments in jax.numpy, so that a whole agent (acting, stepping, learning) compiles into one
 program (the Anakin design, Hessel et al. 2021, arXiv 2104.06272; gymnax, Lange 2022): CartPole
-(Barto, Sutton & Anderson 1983), bsuite's Catch (Osband et al. 2020) and MinAtar's Breakout (Young
-& Tian 2019).
+(Barto, Sutton & Anderson 1983) and bsuite's Catch (Osband et al. 2020) here, and MinAtar's five
+games (Young & Tian 2019) in frost.rl.minatar, all made by `make`.
 
 ```python
-env = make("cartpole")                                   # or "catch", "breakout"
-obs, state = env.reset(key)                              # obs: env.observation_shape, float32
+env = make("cartpole")                 # or "catch"; "breakout", "asterix", "freeway", "seaquest",
+                                       # "space_invaders" (sticky=0.1, MinAtar's sticky actions)
+obs, state = env.reset(key)            # obs: env.observation_shape, float32
 obs, state, reward, done, info = env.step(key, state, action)
 ```
 
@@ -13,10 +14,11 @@ Everything is a pure function of its arguments, so `jax.vmap(env.step)` steps a 
 environments and `lax.scan` runs them for many steps. `step` resets by itself: when an episode
 ends (`done = terminated | truncated`, both also in `info`), the returned `obs` and `state` are
 those of a fresh episode drawn with `key`, and `reward` is the last reward of the old one.
-Each environment is a state NamedTuple and three functions: `init(key) -> state`,
-`transition(state, action) -> (state, reward, terminated, truncated)`, `observe(state)`. The
-transitions here are deterministic (MinAtar's sticky actions are off), so `step`'s key is the
-reset's alone: splitting it every step would cost about a third of CartPole's step.
+Each environment here is a state NamedTuple and three functions: `init(key) -> state`,
+`transition(state, action) -> (state, reward, terminated, truncated)`, `observe(state)`. Their
+transitions are deterministic, so `step`'s key is the reset's alone: splitting it every step
+would cost about a third of CartPole's step. MinAtar's games draw randomness every step (sticky
+actions, spawns) and build their own `step` (frost.rl.minatar.Game).
 """
 
 import math
@@ -33,7 +35,8 @@ i32, f32 = jnp.int32, jnp.float32
 class Env:
     """An environment as pure functions: a subclass defines `init(key) -> state`,
     `transition(state, action) -> (state, reward, terminated, truncated)` and `observe(state) ->
-    obs`, and the class attributes below; `reset` and `step` are built from them. One
+    obs`, and the class attributes below; `reset` and `step` are built from them (MinAtar's games,
+    frost.rl.minatar.Game, build their own `step`, which draws from the key every step). One
     environment, unbatched: `jax.vmap` steps many.
 
     Attributes:
@@ -197,105 +200,46 @@ class Catch(Env):
         return board.at[self.rows - 1, state.paddle_x].set(1.0)
 
 
-class BreakoutState(NamedTuple):
-    """Breakout's state, each field a () array but `bricks`.
-
-    Attributes:
-        ball_x: the ball's column, int32.
-        ball_y: the ball's row, 0 at the top, int32.
-        ball_dir: the ball's direction, int32: 0 up-left, 1 up-right, 2 down-right, 3 down-left.
-        last_x: the ball's column on the previous step (the observation's trail).
-        last_y: its row on the previous step.
-        paddle: the paddle's column on the bottom row, int32.
-        bricks: (10, 10) bool, True where a brick stands.
-        strike: bool, the ball broke a brick on the previous step.
-    """
-
-    ball_x: jax.Array
-    ball_y: jax.Array
-    ball_dir: jax.Array  # 0 up-left, 1 up-right, 2 down-right, 3 down-left
-    last_x: jax.Array
-    last_y: jax.Array
-    paddle: jax.Array
-    bricks: jax.Array  # (10, 10) bool
-    strike: jax.Array  # the ball hit a brick on the previous step
+ENVS = {"cartpole": CartPole, "catch": Catch}
+# MinAtar's games, frost.rl.minatar.GAMES's keys (imported when made: frost.rl.minatar imports Env
+# from here)
+MINATAR = ("breakout", "asterix", "freeway", "seaquest", "space_invaders")
 
 
-class Breakout(Env):
-    """MinAtar's Breakout (Young & Tian 2019, "MinAtar: An Atari-Inspired Testbed"), step for step
-    as `minatar.environments.breakout` with sticky actions off and its minimal action set: no-op
-    (0), left (1), right (2). A ball moves diagonally on a 10 x 10 grid under three rows of
-    bricks (+1 each, refilled when all are gone); the episode ends when the paddle misses it.
-    Observation (10, 10, 4) NHWC, channels paddle, ball, trail (the ball's last cell), brick.
-    MinAtar has no time limit; evaluation stops at 1000 steps."""
-
-    observation_shape = (10, 10, 4)
-    num_actions = 3
-    eval_steps = 1000
-    # the new direction per old one: off a side wall, off the top (or a brick, or the paddle's
-    # centre), off the paddle's edge
-    FLIP_X = (1, 0, 3, 2)
-    FLIP_Y = (3, 2, 1, 0)
-    PADDLE_EDGE = (2, 3, 0, 1)
-
-    def init(self, key):
-        # start at (0, 3) going down-right or (9, 3) down-left
-        right = jax.random.randint(key, (), 0, 2, i32)
-        x, y = 9 * right, i32(3)
-        return BreakoutState(x, y, 2 + right, x, y, i32(4), self.wall(), jnp.zeros((), bool))
-
-    def wall(self):
-        """A new episode's bricks, and the refill when all are gone: rows 1 to 3."""
-        return jnp.zeros((10, 10), bool).at[1:4].set(True)
-
-    def transition(self, state, action):
-        flip_x, flip_y, edge = jnp.array([self.FLIP_X, self.FLIP_Y, self.PADDLE_EDGE], i32)
-        move = jnp.where(action == 1, -1, jnp.where(action == 2, 1, 0))
-        paddle = jnp.clip(state.paddle + move, 0, 9)
-        x = state.ball_x + jnp.array([-1, 1, 1, -1], i32)[state.ball_dir]
-        y = state.ball_y + jnp.array([-1, -1, 1, 1], i32)[state.ball_dir]
-        # the new direction, off a side wall
-        direction = jnp.where((x < 0) | (x > 9), flip_x[state.ball_dir], state.ball_dir)
-        x = jnp.clip(x, 0, 9)
-        top = y < 0
-        y = jnp.maximum(y, 0)
-        brick = ~top & state.bricks[y, x]
-        gain = brick & ~state.strike  # a brick breaks only if the last step broke none
-        bottom = ~top & ~brick & (y == 9)
-        bricks = state.bricks.at[y, x].set(state.bricks[y, x] & ~gain)
-        bricks = jnp.where(bottom & ~bricks.any(), self.wall(), bricks)
-        centre = bottom & (state.ball_x == paddle)  # straight back up
-        side = bottom & ~centre & (x == paddle)  # off the paddle's edge
-        bounce = jnp.where(side, edge[direction], direction)
-        direction = jnp.where(top | gain | centre, flip_y[direction], bounce)
-        y = jnp.where(gain | centre | side, state.ball_y, y)
-        new = BreakoutState(x, y, direction, state.ball_x, state.ball_y, paddle, bricks, brick)
-        return new, gain.astype(f32), bottom & ~centre & ~side, jnp.zeros((), bool)
-
-    def observe(self, state):
-        obs = jnp.zeros((10, 10, 4), f32)  # channels paddle, ball, trail, brick
-        obs = obs.at[9, state.paddle, 0].set(1.0).at[state.ball_y, state.ball_x, 1].set(1.0)
-        obs = obs.at[state.last_y, state.last_x, 2].set(1.0)
-        return obs.at[:, :, 3].set(state.bricks.astype(f32))
-
-
-ENVS = {"cartpole": CartPole, "catch": Catch, "breakout": Breakout}
-
-
-def make(name: str) -> Env:
+def make(name: str, sticky: float | None = None) -> Env:
     """The environment called `name`.
 
     Arguments:
-        name: "cartpole", "catch" or "breakout" (the keys of ENVS).
+        name: "cartpole" or "catch" (the keys of ENVS), or one of MinAtar's games: "breakout",
+            "asterix", "freeway", "seaquest" or "space_invaders" (MINATAR; frost.rl.minatar).
+        sticky: MinAtar's games: the probability that a step repeats the previous action
+            (MinAtar's sticky actions); None for MinAtar's default, 0.1; 0 for none. CartPole
+            and Catch have none.
 
     Returns:
         A new `Env` of that kind.
 
     Raises:
-        ValueError: `name` is not one of them.
+        ValueError: `name` is not one of them, or `sticky` is given for CartPole or Catch.
     """
-    if name not in ENVS:
-        raise ValueError(
-            f"unknown environment {name!r}; the jnp environments are {', '.join(ENVS)}"
-        )
-    return ENVS[name]()
+    if name in ENVS:
+        if sticky:
+            raise ValueError(f"sticky={sticky}: {name} has no sticky actions (MinAtar's games do)")
+        return ENVS[name]()
+    if name in MINATAR:
+        from frost.rl import minatar
+
+        return minatar.GAMES[name](0.1 if sticky is None else sticky)
+    raise ValueError(
+        f"unknown environment {name!r}; the jnp environments are {', '.join([*ENVS, *MINATAR])}"
+    )
+
+
+def __getattr__(name: str):
+    """`envs.Breakout` and `envs.BreakoutState`, which moved to frost.rl.minatar (PEP 562: looked
+    up when first asked for, as frost.rl.minatar imports this module)."""
+    if name in ("Breakout", "BreakoutState"):
+        from frost.rl import minatar
+
+        return getattr(minatar, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -22,7 +22,7 @@ from tqdm import tqdm
 from frost import atomic, checkpoint
 from frost.config import UsageError
 from frost.rl import actors, anakin, dqn, muzero, ppo
-from frost.rl.spec import EnvSpec
+from frost.rl.spec import MINATAR, EnvSpec
 from frost.train import metrics, plot
 from frost.train.job import claimed
 
@@ -35,13 +35,13 @@ def presets(algo: str, env: EnvSpec, steps: int | None = None):
     table = {
         ("ppo", "cartpole"): ppo.Config(),
         ("ppo", "catch"): ppo.Config(total_steps=100_000),
-        ("ppo", "breakout"): ppo.Config(num_envs=64, total_steps=1_000_000, lr=5e-4, hidden=256),
+        ("ppo", "minatar"): ppo.Config(num_envs=64, total_steps=1_000_000, lr=5e-4, hidden=256),
         ("ppo", "gym"): ppo.Config(num_envs=8),
         ("dqn", "cartpole"): dqn.Config(
             total_steps=200_000, lr=2.5e-4, batch_size=128, learning_starts=10_000
         ),
         ("dqn", "catch"): dqn.Config(total_steps=40_000),
-        ("dqn", "breakout"): dqn.Config(
+        ("dqn", "minatar"): dqn.Config(
             total_steps=500_000,
             buffer_size=50_000,
             learning_starts=5_000,
@@ -51,7 +51,7 @@ def presets(algo: str, env: EnvSpec, steps: int | None = None):
         ),
         ("muzero", "catch"): muzero.Config(total_steps=64_000),
         ("muzero", "cartpole"): muzero.Config(total_steps=100_000),
-        ("muzero", "breakout"): muzero.Config(total_steps=500_000, hidden=128),
+        ("muzero", "minatar"): muzero.Config(total_steps=500_000, hidden=128),
     }
     hp = table[(algo, env.preset)]
     return dataclasses.replace(hp, total_steps=steps) if steps else hp
@@ -90,7 +90,7 @@ def train(cfg) -> int:
     """Train, evaluate and save the run `cfg` (a frost.rl.cli.RunConfig) describes."""
     out = pathlib.Path(cfg.out)
     seeds = list(range(cfg.seed, cfg.seed + cfg.seeds))
-    env = EnvSpec.parse(cfg.env)
+    env = EnvSpec.parse(cfg.env, cfg.sticky)
     hp = presets(cfg.algo, env, cfg.steps)
     if cfg.mode == "sebulba" and hp.num_envs % (cfg.actors or 2):
         raise UsageError(f"--actors {cfg.actors}: must divide the {hp.num_envs} environments")
@@ -138,7 +138,13 @@ def _run(cfg, out, env, hp, seeds, per_update: int) -> int:
         models = jax.tree.map(lambda *x: jnp.stack(x), *trained)
     rec.close()
     steps = hp.updates * per_update  # env steps per seed
-    meta = {"algo": cfg.algo, "env": cfg.env, "seeds": seeds, "hidden": hp.hidden}
+    meta = {
+        "algo": cfg.algo,
+        "env": cfg.env,
+        "sticky": env.sticky,
+        "seeds": seeds,
+        "hidden": hp.hidden,
+    }
     checkpoint.save(out / "checkpoint", steps, {"model": models}, meta=meta)
     final = evaluate(cfg.algo, env, models, seeds)  # after the checkpoint: it cannot lose the run
     rows = [
@@ -195,7 +201,9 @@ def evaluate_run(run_dir) -> int:
         raise UsageError(
             f"{path}: not a `frost rl` checkpoint (its manifest names no algo and env)"
         )
-    env = EnvSpec.parse(meta["env"])
+    # runs from before sticky actions came have none
+    sticky = meta.get("sticky", 0.0 if meta["env"] in MINATAR else None)
+    env = EnvSpec.parse(meta["env"], sticky)
     # the stacked models' shapes, to load the checkpoint into
     shape, actions = env.signature()
     network = functools.partial(ALGOS[meta["algo"]].network, shape, actions, meta["hidden"])

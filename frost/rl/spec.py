@@ -1,11 +1,14 @@
-"""`--env NAME`, parsed once: a jnp environment (frost.rl.envs, stepped inside the compiled
-program) or `gym:ID`, a gymnasium environment stepped on the host. Importing this module loads
-neither JAX nor gymnasium, so the CLI checks a name before either loads.
+"""`--env NAME` (and `--sticky P`), parsed once: a jnp environment (frost.rl.envs and
+frost.rl.minatar, stepped inside the compiled program) or `gym:ID`, a gymnasium environment
+stepped on the host. Importing this module loads neither JAX nor gymnasium, so the CLI checks a
+name before either loads.
 
-    env = EnvSpec.parse("gym:CartPole-v1")   # EnvSpec(name='gym:CartPole-v1')
+    env = EnvSpec.parse("gym:CartPole-v1")   # EnvSpec(name='gym:CartPole-v1', sticky=None)
     env.host, env.preset                     # True, 'gym'
     env.make()                               # a picklable factory of gymnasium envs
     EnvSpec.parse("catch").make()            # frost.rl.envs.Catch()
+    EnvSpec.parse("seaquest")                # EnvSpec(name='seaquest', sticky=0.1)
+    EnvSpec.parse("breakout", sticky=0)      # MinAtar's Breakout without sticky actions
 """
 
 import dataclasses
@@ -13,19 +16,34 @@ import functools
 
 from frost.config import UsageError
 
-JNP_ENVS = ("cartpole", "catch", "breakout")  # the keys of frost.rl.envs.ENVS
+# frost.rl.envs.MINATAR, MinAtar's games
+MINATAR = ("breakout", "asterix", "freeway", "seaquest", "space_invaders")
+JNP_ENVS = ("cartpole", "catch", *MINATAR)  # frost.rl.envs.ENVS's keys, then MINATAR
+STICKY = 0.1  # MinAtar's sticky_action_prob, frost.rl.envs.make's default
 
 
 @dataclasses.dataclass(frozen=True)
 class EnvSpec:
     name: str
+    sticky: float | None = None  # MinAtar's games: the sticky-action probability; else None
 
     @classmethod
-    def parse(cls, name: str) -> "EnvSpec":
-        """The spec of `name`, or UsageError naming what is allowed."""
+    def parse(cls, name: str, sticky: float | None = None) -> "EnvSpec":
+        """The spec of `name` with `sticky` (None: STICKY for MinAtar's games), or UsageError
+        naming what is allowed."""
         if name not in JNP_ENVS and not (name.startswith("gym:") and len(name) > 4):
             raise UsageError(f"--env {name}: choose {', '.join(JNP_ENVS)} or gym:ID")
-        return cls(name)
+        if name not in MINATAR:
+            if sticky is not None:
+                raise UsageError(
+                    f"--sticky {sticky}: only MinAtar's games ({', '.join(MINATAR)}) have "
+                    "sticky actions"
+                )
+            return cls(name)
+        sticky = STICKY if sticky is None else float(sticky)
+        if not 0 <= sticky < 1:
+            raise UsageError(f"--sticky {sticky}: must be >= 0 and < 1")
+        return cls(name, sticky)
 
     @property
     def host(self) -> bool:
@@ -34,8 +52,11 @@ class EnvSpec:
 
     @property
     def preset(self) -> str:
-        """The key of the hyper-parameter presets: the jnp env's name, or 'gym'."""
-        return "gym" if self.host else self.name
+        """The key of the hyper-parameter presets: 'gym', 'minatar' (one for MinAtar's games) or
+        the jnp env's name."""
+        if self.host:
+            return "gym"
+        return "minatar" if self.name in MINATAR else self.name
 
     def make(self):
         """The jnp `Env`, or for a host env a picklable factory of gymnasium envs."""
@@ -45,7 +66,7 @@ class EnvSpec:
             return functools.partial(gymnasium.make, self.name[4:])
         from frost.rl import envs
 
-        return envs.make(self.name)
+        return envs.make(self.name, self.sticky)
 
     def signature(self) -> tuple[tuple, int]:
         """(observation shape, number of actions)."""
