@@ -221,9 +221,9 @@ class Breakout(Game):
     """MinAtar's Breakout (Young & Tian 2019), step for step as `minatar.environments.breakout`,
     with its minimal action set: no-op (0), left (1), right (2). A ball moves diagonally on a
     10 x 10 grid under three rows of bricks (+1 each, refilled when all are gone); the episode
-    ends when the paddle misses it. The ball starts at (3, 0) going down-right or at (3, 9)
-    going down-left. Observation (10, 10, 4), channels paddle, ball, trail (the ball's last
-    cell), brick. Evaluation stops at 1000 steps.
+    ends when the paddle misses it. The ball starts in row 3, at column 0 going down-right or
+    at column 9 going down-left. Observation (10, 10, 4), channels paddle, ball, trail (the
+    ball's last cell), brick. Evaluation stops at 1000 steps.
 
     Arguments:
         sticky: the probability of repeating the previous action (see `Game`).
@@ -255,7 +255,9 @@ class Breakout(Game):
         return jnp.zeros((10, 10), bool).at[1:4].set(True)
 
     def transition(self, state, action, draws):
-        flip_x, flip_y, edge = jnp.array([self.FLIP_X, self.FLIP_Y, self.PADDLE_EDGE], i32)
+        flip_x = jnp.array(self.FLIP_X, i32)
+        flip_y = jnp.array(self.FLIP_Y, i32)
+        edge = jnp.array(self.PADDLE_EDGE, i32)
         move = jnp.where(action == 1, -1, jnp.where(action == 2, 1, 0))
         paddle = jnp.clip(state.paddle + move, 0, 9)
         x = state.ball_x + jnp.array([-1, 1, 1, -1], i32)[state.ball_dir]
@@ -282,7 +284,8 @@ class Breakout(Game):
 
     def observe(self, state):
         obs = jnp.zeros((10, 10, 4), f32)  # channels paddle, ball, trail, brick
-        obs = obs.at[9, state.paddle, 0].set(1.0).at[state.ball_y, state.ball_x, 1].set(1.0)
+        obs = obs.at[9, state.paddle, 0].set(1.0)
+        obs = obs.at[state.ball_y, state.ball_x, 1].set(1.0)
         obs = obs.at[state.last_y, state.last_x, 2].set(1.0)
         return obs.at[:, :, 3].set(state.bricks.astype(f32))
 
@@ -388,10 +391,9 @@ class Asterix(Game):
         spawn = state.spawn_timer == 0
         free = ~state.alive
         count = free.sum()
-        k = jnp.floor(draws.slot * count.astype(f32)).astype(
-            i32
-        )  # MinAtar's randint(len(slot_options))
-        slot = jnp.argmax(free & (jnp.cumsum(free) == k + 1))  # the k-th free row
+        # MinAtar's randint(len(slot_options)): the k-th free row
+        k = jnp.floor(draws.slot * count.astype(f32)).astype(i32)
+        slot = jnp.argmax(free & (jnp.cumsum(free) == k + 1))
         new = spawn & (count > 0)
         right = draws.right < 1 / 2
         entity_x = state.entity_x.at[slot].set(
@@ -431,8 +433,8 @@ class Asterix(Game):
         ramp_timer = jnp.where(ramp, self.ramp_interval, state.ramp_timer)
         ramp_timer = jnp.where(ramping & waiting, ramp_timer - 1, ramp_timer)
         odd = state.ramp_index % 2 == 1
-        slower = ramp & (state.move_speed > 1) & odd
-        move_speed = jnp.where(slower, state.move_speed - 1, state.move_speed)
+        faster = ramp & (state.move_speed > 1) & odd
+        move_speed = jnp.where(faster, state.move_speed - 1, state.move_speed)
         sooner = ramp & (state.spawn_speed > 1)
         spawn_speed = jnp.where(sooner, state.spawn_speed - 1, state.spawn_speed)
         ramp_index = jnp.where(ramp, state.ramp_index + 1, state.ramp_index)
@@ -511,7 +513,7 @@ class Freeway(Game):
     the direction).
 
     MinAtar sets a car's direction to `sign(u - 1/2)` for a uniform u, so u = 1/2 exactly
-    (probability 2^-24 here) would stop a car and leave its trail channel undefined; here that
+    (probability 2^-23 here) would stop a car and leave its trail channel undefined; here that
     car drives right.
 
     Arguments:
@@ -1119,12 +1121,10 @@ class Seaquest(Game):
 
         # --- enemy bullets move a cell; one in the submarine's cell, before or after, ends the game
         no = jnp.zeros((10, 10), bool)
-        going_right = state.enemy_bullets_right | no.at[enemies.y, enemy_x].max(
-            firing & enemies.right
-        )
-        going_left = state.enemy_bullets_left | no.at[enemies.y, enemy_x].max(
-            firing & ~enemies.right
-        )
+        fired_right = no.at[enemies.y, enemy_x].max(firing & enemies.right)
+        fired_left = no.at[enemies.y, enemy_x].max(firing & ~enemies.right)
+        going_right = state.enemy_bullets_right | fired_right
+        going_left = state.enemy_bullets_left | fired_left
         terminated = terminated | going_right[y, x] | going_left[y, x]
         no_column = jnp.zeros((10, 1), bool)
         going_right = jnp.concatenate([no_column, going_right[:, :-1]], 1)
