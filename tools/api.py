@@ -3,7 +3,7 @@
 The public API is every name in a package's `__all__` (frost.nn, optim, data, text, models,
 train, kernels), and every public function and class defined in the modules that
 `frost/__init__.py` names without re-exporting them (datasets, parallel, checkpoint, interop,
-and rl's search and envs).
+and rl's search, envs and minatar).
 
 As an mkdocs hook (mkdocs.yml: `hooks: [tools/api.py]`), it replaces a page's line
 `<!-- api frost.nn -->` with the package's docstring and one mkdocstrings block per public object,
