@@ -479,6 +479,7 @@ def test_vmapped_networks_build_on_two_cores():
     assert out.returncode == 0 and out.stdout.split() == ["built"], out.stderr[-2000:]
 
 
+@pytest.mark.slow  # 14 s; test_vmapped_networks_build_on_two_cores covers the deadlock's cause
 def test_cli_anakin_muzero_two_seeds_on_two_cores(tmp_path):
     """`frost rl muzero --env catch --seeds 2` for one iteration: MuZero's five networks, built for
     two seeds in one program, hung there (every thread of the pool waiting) before `orthogonal`
