@@ -1,9 +1,8 @@
 """GPT training-step throughput: Frost beside PyTorch eager and torch.compile.
 
-    python benchmarks/gpt.py                          # CPU: the `frost train gpt` model, batch 32 x
-    128, fp32 python benchmarks/gpt.py --device gpu             # GPU: GPT-2 small (768 x 12, 12
-    heads), 16 x 1024, bf16 python benchmarks/gpt.py --device gpu --dtype fp32,bf16 --only
-    frost,torch
+    python benchmarks/gpt.py                 # CPU: the `frost train gpt` model, 32 x 128, fp32
+    python benchmarks/gpt.py --device gpu    # GPU: GPT-2 small (768 x 12), 16 x 1024, bf16
+    python benchmarks/gpt.py --device gpu --dtype fp32,bf16 --only frost,torch
 
 One training step of the same decoder-only model in each framework, on one fixed batch of random
 tokens: pre-norm blocks (LayerNorm, causal multi-head attention with rotary positions, exact-GELU
