@@ -24,10 +24,11 @@ import sys
 import time
 import traceback
 
-from frost.cli import huge_pages
+from frost.cli import cpu_convolutions, huge_pages
 
-# every row, Frost's and its peers', runs under the malloc setting of the `frost` command
+# every row, Frost's and its peers', runs under the malloc and XLA settings of the `frost` command
 huge_pages()
+cpu_convolutions()
 LOAD_AT_START = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
 
 
@@ -212,7 +213,8 @@ def header(title: str, gpu: str | None = None, libraries=()) -> str:
         f"- python {platform.python_version()}"
         + (f", {versions(*libraries)}" if libraries else ""),
         f"- command: `{command()}`"
-        + (f" (GLIBC_TUNABLES={t})" if (t := os.environ.get("GLIBC_TUNABLES")) else ""),
+        + (f" (GLIBC_TUNABLES={t})" if (t := os.environ.get("GLIBC_TUNABLES")) else "")
+        + (f" (XLA_FLAGS={x})" if (x := os.environ.get("XLA_FLAGS")) else ""),
     ]
     return "\n".join(lines)
 
