@@ -190,7 +190,7 @@ def run_frost(job, cfg) -> dict:
     jobs.run(job, cfg, progress=False)
     records = metrics.read(pathlib.Path(cfg.out) / "metrics.jsonl")
     per_step = cfg.batch_size * cfg.grad_accum * cfg.seq_len
-    return {r["step"] * per_step: r["validation_loss"] for r in records if "validation_loss" in r}
+    return {r["step"] * per_step: r["val_loss"] for r in records if "val_loss" in r}
 
 
 def frost_throughput(job, cfg, batch, tok, args):

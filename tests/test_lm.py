@@ -87,13 +87,13 @@ def _train(out, *extra):
 
 def _numbers(records):
     """(step, name, value) of every loss, validation loss and learning rate logged."""
-    names = ("loss", "validation_loss", "learning_rate")
+    names = ("loss", "val_loss", "learning_rate")
     return [(r["step"], k, r[k]) for r in records for k in names if k in r]
 
 
 def test_a_run_in_steps_evaluates_a_fixed_subset_and_resumes_mid_epoch_exactly(tmp_path):
     full = _train(tmp_path / "full")
-    evaluated = [r for r in full if "validation_loss" in r]
+    evaluated = [r for r in full if "val_loss" in r]
     assert [r["step"] for r in evaluated] == [5, 10, 15, 20]
     assert all(r["tokens_per_s"] > 0 and r["flops_per_token"] > 0 for r in evaluated)
     result = json.loads((tmp_path / "full" / "result.json").read_text())
@@ -116,7 +116,7 @@ def test_a_run_in_steps_evaluates_a_fixed_subset_and_resumes_mid_epoch_exactly(t
     x = np.stack([windows[int(i)][0] for i in subset])
     y = np.stack([windows[int(i)][1] for i in subset])
     want = float(cross_entropy(model(jnp.asarray(x, jnp.int32)), jnp.asarray(y, jnp.int32)))
-    assert evaluated[-1]["validation_loss"] == pytest.approx(want, rel=1e-5)
+    assert evaluated[-1]["val_loss"] == pytest.approx(want, rel=1e-5)
 
     # killed after the checkpoint of step 10 (mid-epoch): --resume repeats the run exactly
     shutil.copytree(tmp_path / "full", tmp_path / "split")

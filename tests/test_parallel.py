@@ -123,7 +123,7 @@ def _train(out, *extra):
 def _records(run_dir) -> dict:
     """{(step, is a training record): its loss or validation loss} from a run's metrics.jsonl."""
     lines = (json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines())
-    return {(r["step"], "loss" in r): r.get("loss", r.get("validation_loss")) for r in lines}
+    return {(r["step"], "loss" in r): r.get("loss", r.get("val_loss")) for r in lines}
 
 
 def test_a_killed_process_stops_the_other_and_both_resume(tmp_path):

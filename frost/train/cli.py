@@ -46,9 +46,9 @@ def _train(args):
     after = f"after {result['steps']} steps in {result['seconds'] / 60:.1f} min"
     if "test_accuracy" in result:
         print(f"test accuracy {100 * result['test_accuracy']:.2f}% {after}; run dir {cfg.run_dir}")
-    if "validation_loss" in result:
+    if "val_loss" in result:
         print(
-            f"validation loss {result['validation_loss']:.4f} {after} "
+            f"validation loss {result['val_loss']:.4f} {after} "
             f"({result['tokens_per_s']:.0f} tokens/s); "
             f"run dir {cfg.run_dir}; sample:\n{result['sample']}"
         )

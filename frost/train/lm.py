@@ -72,7 +72,7 @@ def build_model(cfg: LMConfig, vocab_size: int, key):
 
 class LMJob(Job):
     unit = "tokens"
-    eval_name = "validation"
+    eval_name = "val"  # val_loss, val_accuracy in metrics.jsonl, as nanoGPT names them
     # enough windows for a standard error of about 0.01 in the validation loss (see the guide)
     eval_units = EVAL_TOKENS
 

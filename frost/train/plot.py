@@ -17,16 +17,16 @@ def plot(run_dir, out=None) -> pathlib.Path:
     out = pathlib.Path(out) if out else pathlib.Path(run_dir) / "curves.png"
     if any("return" in r for r in records):  # a `frost rl` run: one record per seed per report
         return returns(records, out, str(run_dir))
-    if not any(key in r for r in records for key in ("loss", "test_loss", "validation_loss")):
+    if not any(key in r for r in records for key in ("loss", "test_loss", "val_loss")):
         raise UsageError(f"{path}: no loss records to plot yet (a run logs one every 20 steps)")
     fig = Figure(figsize=(10, 4))
     ax_loss, ax_acc = fig.subplots(1, 2)
-    # each curve where logged: test_ and validation_ keys are what fit(eval_name=...) logged after
+    # each curve where logged: test_ and val_ keys are what fit(eval_name=...) logged after
     # each epoch
     for ax, key, label in (
         (ax_loss, "loss", "train"),
         (ax_loss, "test_loss", "test"),
-        (ax_loss, "validation_loss", "validation"),
+        (ax_loss, "val_loss", "validation"),
         (ax_acc, "accuracy", "train"),
         (ax_acc, "test_accuracy", "test"),
     ):
