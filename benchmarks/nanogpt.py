@@ -374,7 +374,7 @@ class TorchTrainer:
 
         if self.device.type == "cuda":
             torch.cuda.synchronize()
-        return float(loss)
+        return float(loss.detach())
 
 
 def run_torch(cfg, args) -> dict:
