@@ -3,7 +3,7 @@
 lowers nothing, plus one for every extra target of a packed assignment (`a, b = x, y` counts two)
 and one for every statement after a `;`. Comments, docstrings and blank lines are free.
 
-    python tools/loc.py          # per-file counts and the total (budget: 10300, see docs/design.md)
+    python tools/loc.py          # per-file counts and the total (budget: 10400, see docs/design.md)
 """
 
 import ast
@@ -13,7 +13,7 @@ import subprocess
 import sys
 import tokenize
 
-BUDGET = 10300  # docs/design.md: Optax's 9,400, raised for MinAtar, LM runs and hardening
+BUDGET = 10400  # docs/design.md: Optax's 9,400, raised for MinAtar, LM runs, hardening, RL evaluation
 SKIP = {
     tokenize.COMMENT,
     tokenize.NL,
