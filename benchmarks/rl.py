@@ -54,7 +54,7 @@ import contextlib
 from _common import header
 
 from frost.rl import actors, anakin, envs, ppo
-from frost.rl.run import _evaluator
+from frost.rl.run import evaluate
 from frost.rl.spec import EnvSpec
 
 # reset in the step that ends an episode, as frost.rl
@@ -306,7 +306,10 @@ EVAL_EVERY, GOAL = 16, 475.0
 
 
 def host_return(policy, seed):
-    return actors.evaluate(functools.partial(gymnasium.make, "CartPole-v1"), policy, seed=seed)
+    returns, _ = actors.evaluate(
+        functools.partial(gymnasium.make, "CartPole-v1"), policy, seed=seed
+    )
+    return float(returns.mean())
 
 
 def frost_solve(seeds, cfg):
@@ -314,17 +317,14 @@ def frost_solve(seeds, cfg):
     Anakin program, the clock started before compiling; stops once every seed has solved."""
     env, per_update = envs.make("cartpole"), cfg.num_envs * cfg.num_steps
     solved, paused, t0 = {}, 0.0, time.perf_counter()
-    evaluate = _evaluator("ppo", EnvSpec.parse("cartpole"))  # compiled once, at its first call
-    keys = jax.vmap(lambda s: jax.random.fold_in(jax.random.key(s), 1 << 20))(
-        np.asarray(seeds, np.uint32)
-    )
+    spec = EnvSpec.parse("cartpole")  # frost.rl.run.evaluate compiles once, at its first call
 
     def on_chunk(runner, metrics, done):
         nonlocal paused
         jax.block_until_ready(metrics)
         now = time.perf_counter() - t0 - paused
         e0 = time.perf_counter()
-        returns = np.asarray(evaluate(runner.model, keys))
+        returns = evaluate("ppo", spec, runner.model, seeds)[0].mean(1)  # (seeds,)
         paused += time.perf_counter() - e0
         for s, r in zip(seeds, returns):
             if r >= GOAL and s not in solved:

@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 FLOORS = [
-    {"atomic", "config", "kernels", "tree"},
+    {"atomic", "config", "kernels", "stats", "tree"},
     {"optim", "text", "parallel", "checkpoint"},
     {"nn", "data", "datasets"},
     {"models", "interop"},

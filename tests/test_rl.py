@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from frost import stats
 from frost.config import UsageError
 from frost.data import WorkerError
 from frost.rl import actors, anakin, dqn, envs, muzero, ppo
@@ -240,9 +241,15 @@ def test_cli_anakin_ppo_end_to_end(tmp_path, capsys):
     out = tmp_path / "run"
     frost_rl("ppo", "--env", "cartpole", "--seeds", "2", "--steps", "40960", "--out", str(out))
     results = json.loads((out / "results.json").read_text())
-    assert list(results) == ["seeds"] and [r["seed"] for r in results["seeds"]] == [0, 1]
+    assert list(results) == ["seeds", "summary"] and [r["seed"] for r in results["seeds"]] == [0, 1]
     for row in results["seeds"]:
-        assert list(row) == ["seed", "final_return", "steps", "seconds"] and row["steps"] == 40960
+        assert list(row) == [
+            *("seed", "final_return", "online_return", "episodes", "cut", "steps", "seconds")
+        ]
+        assert row["steps"] == 40960 and row["episodes"] == 100 and 0 <= row["cut"] <= 100
+    # the seeds' final returns aggregated as rliable does (tests/test_stats.py checks frost.stats)
+    finals = [row["final_return"] for row in results["seeds"]]
+    assert results["summary"] == stats.summary(finals, episodes=100)
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     for seed in (0, 1):
         returns = [m["return"] for m in metrics if m["seed"] == seed]
@@ -254,6 +261,8 @@ def test_cli_anakin_ppo_end_to_end(tmp_path, capsys):
     printed = capsys.readouterr().out.splitlines()
     for line, row in zip(printed, results["seeds"]):  # the same evaluation, from the checkpoint
         assert line.startswith(f"seed {row['seed']}: mean return {row['final_return']:.1f}")
+    summary = results["summary"]
+    assert printed[2].startswith(f"IQM {summary['iqm']:.2f} [{summary['iqm_low']:.2f}, ")
 
 
 def test_cli_anakin_muzero_learns_catch(tmp_path, capsys):

@@ -27,6 +27,7 @@ MODULES = [
     "frost.datasets",
     "frost.parallel",
     "frost.checkpoint",
+    "frost.stats",
     "frost.interop",
     "frost.rl.search",
     "frost.rl.envs",

@@ -210,9 +210,10 @@ class Actors:
 
 def evaluate(
     make_env, policy, episodes: int = 100, seed: int = 0, max_steps: int = 100_000
-) -> float:
-    """Mean return of the first episode of `episodes` host envs under `policy(obs (N, ...)) ->
-    actions (N,)`, batched over the envs (seeded from `seed + 10**6`, apart from training's)."""
+) -> tuple[np.ndarray, np.ndarray]:
+    """The return of the first episode of each of `episodes` host envs under `policy(obs (N, ...))
+    -> actions (N,)`, batched over the envs (seeded from `seed + 10**6`, apart from training's),
+    cut at `max_steps`: (returns (episodes,), cut (episodes,) bool, still running at the cut)."""
     envs = [make_env() for _ in range(episodes)]
     obs = _reset(envs, seed + 10**6)
     total = np.zeros(episodes)
@@ -225,4 +226,4 @@ def evaluate(
             obs[i], reward, terminated, truncated, _ = envs[i].step(int(action[i]))
             total[i] += reward
             alive[i] = not (terminated or truncated)
-    return float(total.mean())
+    return total, alive

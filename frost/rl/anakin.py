@@ -153,9 +153,11 @@ def run(init, iteration, seeds, iterations: int, on_chunk=None, chunk: int | Non
     return runner
 
 
-def evaluate(env, policy, key, episodes: int = 100) -> jax.Array:
-    """Mean return of the first episode of `episodes` environments under `policy(obs (N, ...)) ->
-    actions (N,)`, each episode cut at `env.eval_steps` steps."""
+def evaluate(env, policy, key, episodes: int = 100) -> tuple[jax.Array, jax.Array]:
+    """The return of the first episode of each of `episodes` environments under `policy(obs (N,
+    ...)) -> actions (N,)`, each with its own randomness (reset, sticky actions), cut at
+    `env.eval_steps` steps: (returns (episodes,), cut (episodes,) bool, still running at the
+    cut)."""
     reset_key, run_key = jax.random.split(key)
     obs, state = jax.vmap(env.reset)(jax.random.split(reset_key, episodes))
 
@@ -165,5 +167,5 @@ def evaluate(env, policy, key, episodes: int = 100) -> jax.Array:
         return (obs, state, total + jnp.where(alive, reward, 0.0), alive & ~done), None
 
     carry = (obs, state, jnp.zeros(episodes), jnp.ones(episodes, bool))
-    (_, _, total, _), _ = lax.scan(body, carry, jax.random.split(run_key, env.eval_steps))
-    return total.mean()
+    (_, _, total, alive), _ = lax.scan(body, carry, jax.random.split(run_key, env.eval_steps))
+    return total, alive

@@ -1,11 +1,22 @@
 """The `frost rl` job: train an agent on its preset (frost.rl.cli parses the options), evaluate it,
 and write the run directory.
 
-A run directory holds metrics.jsonl (one line per seed per report: step, return, losses,
-steps/s), results.json (`{"seeds": [{"seed", "final_return", "steps", "seconds"}, ...]}`, the
-final return being the mean greedy evaluation return over 100 episodes, `seconds` the wall time
-of training, compilation included; Anakin's seeds train together, so they share it), returns.png
-and checkpoint/ (frost.train.checkpoint: the policies of all seeds, stacked).
+A run directory holds metrics.jsonl (one line per seed per report: step, return (online: the
+mean return of the episodes training finished lately), losses, steps/s), results.json, returns.png
+(each seed's online return, and their IQM with its 95% interval when there are several seeds) and
+checkpoint/ (frost.train.checkpoint: the policies of all seeds, stacked). results.json is
+
+    {"seeds": [{"seed", "final_return", "online_return", "episodes", "cut", "steps", "seconds"}],
+     "summary": {"iqm", "iqm_low", "iqm_high", "mean", "mean_low", "mean_high", "seeds",
+                 "episodes"}}
+
+`final_return` is the mean greedy return over `episodes` (100) evaluation episodes, each with its
+own randomness (starts, MinAtar's sticky actions and spawns), `cut` how many of them were still
+running at the env's evaluation limit, `online_return` the seed's last online return, `seconds`
+the wall time of training, compilation included (Anakin's seeds train together, so they share
+it). The summary aggregates the seeds' final returns as Agarwal et al. (2021) recommend:
+interquartile mean and mean, each with a 95% stratified-bootstrap interval (frost.stats, checked
+against rliable).
 """
 
 import dataclasses
@@ -19,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm import tqdm
 
-from frost import atomic, checkpoint
+from frost import atomic, checkpoint, stats
 from frost.config import UsageError
 from frost.rl import actors, anakin, dqn, muzero, ppo
 from frost.rl.spec import MINATAR, EnvSpec
@@ -28,6 +39,7 @@ from frost.train.job import claimed
 
 # each with its Config, network(obs_shape, actions, hidden, key), anakin(env, cfg), greedy(model)
 ALGOS = {"ppo": ppo, "dqn": dqn, "muzero": muzero}
+EPISODES = 100  # evaluation episodes per seed, each with its own randomness
 
 
 def presets(algo: str, env: EnvSpec, steps: int | None = None):
@@ -146,24 +158,51 @@ def _run(cfg, out, env, hp, seeds, per_update: int) -> int:
         "hidden": hp.hidden,
     }
     checkpoint.save(out / "checkpoint", steps, {"model": models}, meta=meta)
-    final = evaluate(cfg.algo, env, models, seeds)  # after the checkpoint: it cannot lose the run
+    # after the checkpoint: it cannot lose the run
+    returns, cut = evaluate(cfg.algo, env, models, seeds)  # (seeds, EPISODES) each
+    online = {r["seed"]: r["return"] for r in rec.records}  # each seed's last report
     rows = [
-        {"seed": seed, "final_return": float(ret), "steps": steps, "seconds": took}
-        for seed, ret, took in zip(seeds, np.asarray(final), seconds)
+        {
+            "seed": seed,
+            "final_return": float(returns[i].mean()),
+            "online_return": online[seed],
+            "episodes": EPISODES,
+            "cut": int(cut[i].sum()),
+            "steps": steps,
+            "seconds": seconds[i],
+        }
+        for i, seed in enumerate(seeds)
     ]
-    atomic.write(out / "results.json", json.dumps({"seeds": rows}, indent=1))
+    summary = stats.summary([row["final_return"] for row in rows], episodes=EPISODES)
+    results = {"seeds": rows, "summary": summary}
+    atomic.write(out / "results.json", json.dumps(results, indent=1))
     plot.returns(rec.records, out / "returns.png", str(out))
     for row in rows:
         print(
-            f"seed {row['seed']}: evaluation return {row['final_return']:.1f} after {row['steps']} "
-            f"steps in {row['seconds']:.1f} s"
+            f"seed {row['seed']}: evaluation return {row['final_return']:.1f} over {EPISODES} "
+            f"episodes (online {row['online_return']:.1f}) after {row['steps']} steps in "
+            f"{row['seconds']:.1f} s"
         )
+    print(summary_line(summary, cfg.algo, cfg.env, env.sticky))
     print(f"run dir {out}")
     return 0
 
 
-def evaluate(algo: str, env: EnvSpec, models, seeds):
-    """Mean greedy return over 100 episodes of each seed's policy in `models` (stacked by seed)."""
+def summary_line(summary: dict, algo: str, env: str, sticky: float | None) -> str:
+    """results.json's summary as one line: the IQM and the mean with their 95% intervals."""
+    setting = f"{algo}, {env}" + ("" if sticky is None else f", sticky {sticky:g}")
+    return (
+        f"IQM {summary['iqm']:.2f} [{summary['iqm_low']:.2f}, {summary['iqm_high']:.2f}], mean "
+        f"{summary['mean']:.2f} [{summary['mean_low']:.2f}, {summary['mean_high']:.2f}] over "
+        f"{summary['seeds']} seeds x {summary['episodes']} episodes (95% stratified bootstrap; "
+        f"{setting})"
+    )
+
+
+def evaluate(algo: str, env: EnvSpec, models, seeds) -> tuple[np.ndarray, np.ndarray]:
+    """The greedy return of each seed's policy in `models` (stacked by seed) on EPISODES
+    episodes, each with its own randomness: (returns (seeds, EPISODES), cut (seeds, EPISODES)
+    bool, the episodes still running when evaluation stopped at the env's step limit)."""
     # host envs: (model, obs (N, ...)) -> actions, one model of `models` at a time
     if env.host:
         policy = anakin.jit(lambda model, obs: ALGOS[algo].greedy(model)(obs))
@@ -171,22 +210,27 @@ def evaluate(algo: str, env: EnvSpec, models, seeds):
         def seed_policy(i):  # obs -> actions of the i-th seed's model
             return functools.partial(policy, jax.tree.map(lambda x: x[i], models))
 
-        return [
-            actors.evaluate(env.make(), seed_policy(i), seed=seed) for i, seed in enumerate(seeds)
+        pairs = [
+            actors.evaluate(env.make(), seed_policy(i), EPISODES, seed=seed)
+            for i, seed in enumerate(seeds)
         ]
+        return np.stack([r for r, _ in pairs]), np.stack([c for _, c in pairs])
     keys = jax.vmap(lambda seed: jax.random.fold_in(jax.random.key(seed), 1 << 20))(
         np.asarray(seeds, np.uint32)
     )
-    return _evaluator(algo, env)(models, keys)
+    returns, cut = _evaluator(algo, env)(models, keys)
+    return np.asarray(returns), np.asarray(cut)
 
 
 @functools.lru_cache
 def _evaluator(algo: str, env: EnvSpec):
-    """(models, keys) -> the mean greedy return on jnp env `env` of each seed's model (compiled
-    once)."""
+    """(models, keys) -> each seed's (returns (EPISODES,), cut (EPISODES,)) on jnp env `env`
+    (compiled once)."""
     jnp_env = env.make()
     greedy = ALGOS[algo].greedy
-    return anakin.jit(jax.vmap(lambda model, key: anakin.evaluate(jnp_env, greedy(model), key)))
+    return anakin.jit(
+        jax.vmap(lambda model, key: anakin.evaluate(jnp_env, greedy(model), key, EPISODES))
+    )
 
 
 def evaluate_run(run_dir) -> int:
@@ -210,9 +254,12 @@ def evaluate_run(run_dir) -> int:
     keys = jax.random.split(jax.random.key(0), len(meta["seeds"]))
     template = jax.eval_shape(jax.vmap(lambda key: network(key=key)), keys)
     tree, _ = checkpoint.load(path, {"model": template})
-    for seed, ret in zip(meta["seeds"], evaluate(meta["algo"], env, tree["model"], meta["seeds"])):
+    returns, _ = evaluate(meta["algo"], env, tree["model"], meta["seeds"])
+    for seed, seed_returns in zip(meta["seeds"], returns):
         print(
-            f"seed {seed}: mean return {float(ret):.1f} over 100 episodes ({meta['algo']}, "
-            f"{meta['env']})"
+            f"seed {seed}: mean return {seed_returns.mean():.1f} over {EPISODES} episodes "
+            f"({meta['algo']}, {meta['env']})"
         )
+    summary = stats.summary(returns.mean(1), episodes=EPISODES)
+    print(summary_line(summary, meta["algo"], meta["env"], env.sticky))
     return 0
