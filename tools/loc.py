@@ -13,7 +13,7 @@ import subprocess
 import sys
 import tokenize
 
-BUDGET = 10400  # docs/design.md: Optax's 9,400, raised for MinAtar, LM runs, hardening, RL evaluation
+BUDGET = 10400  # docs/design.md: Optax's 9,400, raised for MinAtar, LM runs, hardening, RL eval
 SKIP = {
     tokenize.COMMENT,
     tokenize.NL,
