@@ -82,11 +82,12 @@ def test_the_python_blocks_of_every_page_run(tmp_path):
 
 def frost_commands() -> list[tuple[str, str]]:
     """(where, command) for every `frost ...` command in a bash block of the docs or the README:
-    each part of a line that `&&` or `;` separates, comments dropped."""
+    each part of a line that `&&` or `;` separates, comments dropped, lines continued by a
+    backslash joined."""
     found = []
     for path in [ROOT / "README.md", *PAGES]:
         for code in blocks(path, "bash"):
-            for line in code.splitlines():
+            for line in code.replace("\\\n", " ").splitlines():
                 for part in re.split(r"&&|;", line.split(" #")[0]):
                     if part.strip().startswith("frost "):
                         found.append((path.name, part.strip()))

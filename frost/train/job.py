@@ -84,7 +84,7 @@ class Plan(NamedTuple):
         per_step = self.step_rows * self.per_row
         epochs = self.steps / self.per_epoch
         text = f"{self.steps:,} steps of {per_step:,} {unit} ({self.steps * per_step:,} {unit}, "
-        text += f"{epochs:.2f} epochs)"
+        text += f"{epochs:.3g} epochs)"  # 3 epochs, 0.82 epochs, 0.00396 epochs of a corpus
         if self.eval_batches is None:
             subset = f"all {self.eval_total} batches"
         else:

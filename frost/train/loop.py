@@ -679,7 +679,7 @@ def _evaluate(
     epoch = (state.step - 1) // per_epoch  # the epoch of the step's batch
     log.write({"step": state.step, "epoch": epoch, **record, **(speed or {})})
     if config.progress:
-        tqdm.write(f"step {state.step} (epoch {state.step / per_epoch:.2f}): {text}")
+        tqdm.write(f"step {state.step} (epoch {state.step / per_epoch:.3g}): {text}")
     return dataclasses.replace(state, last_eval=result, speed=speed)
 
 

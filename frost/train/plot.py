@@ -32,6 +32,7 @@ def plot(run_dir, out=None) -> pathlib.Path:
         (ax_loss, "val_loss", "validation"),
         (ax_acc, "accuracy", "train"),
         (ax_acc, "test_accuracy", "test"),
+        (ax_acc, "val_accuracy", "validation"),
     ):
         rows = [r for r in records if key in r]
         if rows:
