@@ -186,8 +186,19 @@ def versions(*names) -> str:
                 module = __import__(name)
             except Exception:
                 continue
-        found.append(f"{name} {getattr(module, '__version__', '?')}")
+        found.append(f"{name} {getattr(module, '__version__', None) or _installed(name)}")
     return ", ".join(found)
+
+
+def _installed(name: str) -> str:
+    """The installed distribution's version, for a module without __version__ (gymnax,
+    minatar), else '?'."""
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return "?"
 
 
 def load() -> str:
